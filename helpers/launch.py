@@ -1,0 +1,406 @@
+"""Start a script as real processes under torchrun and keep a record of the run.
+
+The one call a notebook needs is :func:`launch`::
+
+    run = launch("ranks.py", nproc=4, experiment="ranks")
+
+It picks a free rendezvous port, chooses CPU + gloo or GPU + nccl, gives the run
+its own folder ``traces/<experiment>/<run-id>/`` with a manifest ``run.json``,
+prints each rank's output live with a ``[rankN]`` prefix, and returns a
+:class:`RunRecord`. A failing rank, a timeout or an interrupted kernel raise an
+error and leave no process of the run behind.
+
+The script learns where to write and which backend to use from environment
+variables that every rank receives:
+
+``RUN_DIR``       the run's folder (write traces and other files there)
+``DIST_BACKEND``  ``gloo`` on CPU, ``nccl`` on GPUs
+``RUN_ID``        the run's id (also marks every process of the run)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import queue
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import psutil
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MANIFEST_NAME = "run.json"
+RUN_MARKER = "RUN_ID"  # environment variable that marks every process of a run
+LAST_LINES = 20  # lines of a failing rank's output quoted in the error
+
+# Lines that the CUDA build of PyTorch prints on a machine without a GPU. They are
+# harmless; they stay in the log files but are not echoed to the notebook.
+NOISE = re.compile(r"USDT:|gpuGetDeviceCount failed|cudaGetDeviceCount|CUPTI")
+RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
+
+
+class LaunchError(RuntimeError):
+    """A run did not finish cleanly. ``record`` is its :class:`RunRecord`."""
+
+    def __init__(self, message: str, record: "RunRecord"):
+        super().__init__(message)
+        self.record = record
+
+
+class RankFailed(LaunchError):
+    """A rank exited with a non-zero code; the other ranks were stopped."""
+
+    def __init__(self, message: str, record: "RunRecord", rank: int, exit_code: int,
+                 last_lines: list[str]):
+        super().__init__(message, record)
+        self.rank = rank
+        self.exit_code = exit_code
+        self.last_lines = last_lines
+
+
+class RunTimedOut(LaunchError):
+    """The run was still going after its timeout and was killed as a whole."""
+
+
+class RunInterrupted(LaunchError):
+    """The kernel (or Ctrl-C) interrupted the run; every process was stopped."""
+
+
+@dataclass
+class RunRecord:
+    """What one launch did: where it wrote, how each rank ended, what it printed.
+
+    ``exit_codes`` maps each global rank to its exit code: -15 means torchrun
+    stopped the rank (SIGTERM) after another one failed; ``None`` means the run
+    was killed (timeout, interrupt) before the rank could report.
+    ``files`` maps paths relative to ``run_dir`` to sizes in bytes.
+    """
+
+    experiment: str
+    run_id: str
+    run_dir: Path
+    command: list[str]
+    script: str
+    args: list[str]
+    nproc: int
+    nnodes: int
+    world_size: int
+    backend: str
+    device: str
+    started: str
+    ended: str | None = None
+    seconds: float | None = None
+    status: str = "running"
+    exit_codes: dict[int, int | None] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
+    output: dict[int, list[str]] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def paths(self, pattern: str = "*") -> list[Path]:
+        """Files in the run folder matching a glob pattern (recursive), sorted."""
+        return sorted(p for p in self.run_dir.rglob(pattern) if p.is_file())
+
+    def relative_dir(self) -> str:
+        """The run folder relative to the repository (what a notebook should show)."""
+        try:
+            return str(self.run_dir.resolve().relative_to(REPO_ROOT))
+        except ValueError:
+            return str(self.run_dir)
+
+    def __repr__(self) -> str:
+        return (f"RunRecord({self.experiment}/{self.run_id}: {self.status}, "
+                f"{self.world_size} ranks, {self.backend}, {len(self.files)} files)")
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["run_dir"] = self.relative_dir()
+        data.pop("output")
+        data["exit_codes"] = {str(k): v for k, v in self.exit_codes.items()}
+        return data
+
+    def save(self) -> Path:
+        """Write the manifest ``run.json`` (atomically) and return its path."""
+        self.files = _list_files(self.run_dir)
+        path = self.run_dir / MANIFEST_NAME
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2))
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "RunRecord":
+        """Read the manifest of an earlier run from its folder."""
+        run_dir = Path(run_dir)
+        path = run_dir / MANIFEST_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no run manifest here; is this a run folder "
+                                    f"made by helpers.launch?")
+        data = json.loads(path.read_text())
+        data["run_dir"] = run_dir
+        data["exit_codes"] = {int(k): v for k, v in data["exit_codes"].items()}
+        return cls(**data)
+
+
+def _list_files(run_dir: Path) -> dict[str, int]:
+    return {str(p.relative_to(run_dir)): p.stat().st_size
+            for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name not in (MANIFEST_NAME, MANIFEST_NAME + ".tmp")}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def detect_device() -> tuple[str, str, int]:
+    """``(device, backend, gpu_count)``: ``("cuda", "nccl", n)`` with GPUs, else ``("cpu", "gloo", 0)``."""
+    try:
+        import torch
+
+        n = torch.cuda.device_count()
+    except Exception:  # no torch or a broken driver: CPU it is
+        n = 0
+    return ("cuda", "nccl", n) if n > 0 else ("cpu", "gloo", 0)
+
+
+def new_run_dir(experiment: str, traces_root: str | Path | None = None) -> tuple[str, Path]:
+    """Create ``traces/<experiment>/<run-id>/`` (never reusing one) and return ``(run_id, path)``."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", experiment):
+        raise ValueError(f"experiment={experiment!r}: use letters, digits, '-', '_' or '.' "
+                         f"(it becomes a folder name)")
+    root = Path(traces_root) if traces_root is not None else REPO_ROOT / "traces"
+    while True:
+        run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+        run_dir = root / experiment / run_id
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+            return run_id, run_dir
+        except FileExistsError:
+            continue
+
+
+def processes_of_run(run_id: str) -> list[psutil.Process]:
+    """Every live process whose environment carries ``RUN_ID=<run_id>``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(RUN_MARKER) == run_id:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def stop_run_processes(agent: subprocess.Popen, run_id: str, grace: float = 3.0) -> None:
+    """Stop torchrun and every worker of the run: SIGTERM, then SIGKILL after ``grace`` s.
+
+    torchrun starts each worker in a session of its own, so killing torchrun's
+    process group is not enough; workers are found by the ``RUN_ID`` marker in
+    their environment as well as by being torchrun's descendants.
+    """
+    procs: dict[int, psutil.Process] = {}
+    try:
+        root = psutil.Process(agent.pid)
+        procs[root.pid] = root
+        for child in root.children(recursive=True):
+            procs[child.pid] = child
+    except psutil.Error:
+        pass
+    for proc in processes_of_run(run_id):
+        procs[proc.pid] = proc
+    for proc in procs.values():
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+    for proc in alive + processes_of_run(run_id):
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    try:
+        agent.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def _failed_ranks(agent_lines: Iterable[str]) -> tuple[int | None, dict[int, int]]:
+    """``(root-cause rank, {rank: exit code})`` from torchrun's failure summary.
+
+    torchrun lists every rank that did not exit 0, including those it stopped with
+    SIGTERM (exit code -15) after the first failure, and names the first failure
+    under "Root Cause".
+    """
+    text = "\n".join(agent_lines)
+    codes = {int(r): int(c) for r, c in _FAILURE.findall(text)}
+    _, _, root_part = text.partition("Root Cause")
+    root = _FAILURE.search(root_part)
+    return (int(root.group(1)) if root else None), codes
+
+
+def launch(
+    script: str | Path,
+    nproc: int | None = None,
+    *,
+    experiment: str | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 300.0,
+    echo: bool = True,
+    nnodes: int = 1,
+    traces_root: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    torchrun_args: Sequence[str] = (),
+) -> RunRecord:
+    """Run ``script`` under ``python -m torch.distributed.run`` and return its :class:`RunRecord`.
+
+    nproc: processes (ranks) to start; default one per GPU, or 2 on a CPU machine.
+    experiment: folder under ``traces/`` for this kind of run (default: the script's name).
+    args: command-line arguments for the script.
+    timeout: seconds before the whole run is killed and :class:`RunTimedOut` raised.
+    echo: print each rank's output live, prefixed ``[rankN]``.
+    env: extra environment variables for every rank.
+    torchrun_args: extra options for torchrun itself.
+
+    Raises :class:`RankFailed` (naming the rank, its exit code and last lines),
+    :class:`RunTimedOut` or :class:`RunInterrupted`; no process of the run
+    survives any of them. The manifest ``run.json`` is written in every case.
+    """
+    script = Path(script)
+    if not script.is_file():
+        raise FileNotFoundError(f"script {script}: no such file (the working directory is "
+                                f"{Path.cwd().name}/); write it first, e.g. with %%writefile")
+    device, backend, gpus = detect_device()
+    if nproc is None:
+        nproc = gpus or 2
+    if nproc < 1:
+        raise ValueError(f"nproc={nproc}: need at least one process")
+    experiment = experiment or script.stem
+    run_id, run_dir = new_run_dir(experiment, traces_root)
+    port = free_port()
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+        "--tee=3", f"--log-dir={run_dir / 'logs'}",
+        "--log-line-prefix-template=[rank${rank}]: ",
+        *torchrun_args, str(script), *map(str, args),
+    ]
+    child_env = dict(os.environ)
+    child_env.update({
+        "RUN_DIR": str(run_dir), "DIST_BACKEND": backend, RUN_MARKER: run_id,
+        "PYTHONUNBUFFERED": "1", "KINETO_LOG_LEVEL": child_env.get("KINETO_LOG_LEVEL", "5"),
+    })
+    if device == "cpu":
+        child_env["OMP_NUM_THREADS"] = "1"
+    child_env.update(env or {})
+    record = RunRecord(
+        experiment=experiment, run_id=run_id, run_dir=run_dir, command=command[1:],
+        script=script.name, args=list(map(str, args)), nproc=nproc, nnodes=nnodes,
+        world_size=nproc * nnodes, backend=backend, device=device,
+        started=_dt.datetime.now().isoformat(timespec="seconds"),
+    )
+    record.save()
+    if echo:
+        print(f"launching {script.name} with {record.world_size} ranks ({device}, {backend}) "
+              f"-> {record.relative_dir()}", flush=True)
+
+    rank_lines: dict[int, deque[str]] = {}
+    agent_lines: list[str] = []
+    lines: queue.Queue[str | None] = queue.Queue()
+    t0 = time.monotonic()
+    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=child_env, text=True,
+                             errors="replace", bufsize=1, start_new_session=True)
+
+    def pump() -> None:
+        assert agent.stdout is not None
+        for line in agent.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+
+    def take(line: str) -> None:
+        m = RANK_PREFIX.match(line)
+        if m:
+            rank, text = int(m.group(1)), m.group(2)
+            text = re.sub(rf"^\[rank{rank}\]: ?", "", text)  # torch's own error prefix
+            rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
+            if echo and not NOISE.search(text):
+                print(f"[rank{rank}] {text}", flush=True)
+        else:
+            agent_lines.append(line)
+
+    def finish(status: str) -> None:
+        record.status = status
+        record.ended = _dt.datetime.now().isoformat(timespec="seconds")
+        record.seconds = round(time.monotonic() - t0, 3)
+        record.output = {r: list(d) for r, d in sorted(rank_lines.items())}
+        record.save()
+
+    try:
+        done = False
+        while not done:
+            remaining = timeout - (time.monotonic() - t0)
+            if remaining <= 0:
+                stop_run_processes(agent, run_id)
+                record.exit_codes = {r: None for r in range(record.world_size)}
+                finish("timeout")
+                raise RunTimedOut(f"run {record.relative_dir()} was still going after "
+                                  f"{timeout:g} s and was killed with all its processes; "
+                                  f"raise timeout= if it needs longer", record)
+            try:
+                line = lines.get(timeout=min(0.2, remaining))
+            except queue.Empty:
+                continue
+            if line is None:
+                done = True
+            else:
+                take(line)
+        agent.wait()
+    except KeyboardInterrupt:
+        stop_run_processes(agent, run_id)
+        record.exit_codes = {r: None for r in range(record.world_size)}
+        finish("interrupted")
+        raise RunInterrupted(f"run {record.relative_dir()} was interrupted; all its "
+                             f"processes were stopped", record) from None
+
+    stop_run_processes(agent, run_id, grace=1.0)  # normally finds nothing left
+    if agent.returncode == 0:
+        record.exit_codes = {r: 0 for r in range(record.world_size)}
+        finish("ok")
+        return record
+
+    rank, failed = _failed_ranks(agent_lines)
+    record.exit_codes = {r: failed.get(r, 0) for r in range(record.world_size)}
+    finish("failed")
+    if rank is None:
+        tail = "\n".join("    " + line for line in agent_lines[-LAST_LINES:])
+        raise LaunchError(f"torchrun exited with code {agent.returncode} before any rank "
+                          f"reported; its last lines:\n{tail}", record)
+    code = failed[rank]
+    last = list(rank_lines.get(rank, []))[-LAST_LINES:]
+    shown = "\n".join("    " + line for line in last) or "    (no output)"
+    raise RankFailed(f"rank {rank} exited with code {code}; the other ranks were stopped. "
+                     f"Last lines of rank {rank}:\n{shown}", record, rank, code, last)

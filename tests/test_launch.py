@@ -1,0 +1,165 @@
+"""The launcher: real torchrun runs, their manifests, and every way a run can end."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.launch import (RankFailed, RunRecord, RunTimedOut, launch, processes_of_run)
+
+RANKS_SCRIPT = """
+import json, os, sys
+import torch.distributed as dist
+
+dist.init_process_group(os.environ["DIST_BACKEND"])
+rank = dist.get_rank()
+info = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+with open(os.path.join(os.environ["RUN_DIR"], f"rank{rank}.json"), "w") as f:
+    json.dump(info, f)
+print(f"rank {rank} of {dist.get_world_size()} says hello", flush=True)
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+if mode == "fail" and rank == 2:
+    import time
+    with open(os.path.join(os.environ["RUN_DIR"], "failed_at"), "w") as f:
+        f.write(str(time.time()))
+    print("about to fail on purpose", flush=True)
+    os._exit(7)
+if mode == "hang":
+    import time
+    time.sleep(600)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "ranks.py"
+    path.write_text(textwrap.dedent(RANKS_SCRIPT))
+    return path
+
+
+def test_four_rank_launch_succeeds_and_writes_a_manifest(script, tmp_path):
+    run = launch(script, 4, experiment="ranks", traces_root=tmp_path / "traces", echo=False)
+
+    assert run.ok and run.world_size == 4 and run.backend == "gloo"
+    assert run.exit_codes == {0: 0, 1: 0, 2: 0, 3: 0}
+    manifest = json.loads((run.run_dir / "run.json").read_text())
+    assert manifest["status"] == "ok"
+    assert manifest["world_size"] == 4
+    assert manifest["exit_codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}
+    assert "torch.distributed.run" in " ".join(manifest["command"])
+    assert manifest["started"] <= manifest["ended"]
+    for rank in range(4):
+        assert manifest["files"][f"rank{rank}.json"] == (run.run_dir / f"rank{rank}.json").stat().st_size
+        assert json.loads((run.run_dir / f"rank{rank}.json").read_text())["RANK"] == str(rank)
+
+
+def test_each_rank_output_is_kept_and_echoed_with_its_rank(script, tmp_path, capsys):
+    run = launch(script, 2, traces_root=tmp_path, echo=True)
+
+    echoed = capsys.readouterr().out
+    assert "[rank0] rank 0 of 2 says hello" in echoed
+    assert "[rank1] rank 1 of 2 says hello" in echoed
+    assert run.output[1] == ["rank 1 of 2 says hello"]
+
+
+def test_a_failing_rank_raises_naming_the_rank_its_code_and_last_lines(script, tmp_path):
+    with pytest.raises(RankFailed) as caught:
+        launch(script, 4, args=["fail"], traces_root=tmp_path, echo=False, timeout=120)
+    raised_at = time.time()
+    err = caught.value
+
+    assert err.rank == 2 and err.exit_code == 7
+    assert "rank 2 exited with code 7" in str(err)
+    assert "about to fail on purpose" in str(err)
+    assert err.record.status == "failed" and err.record.exit_codes[2] == 7
+    assert json.loads((err.record.run_dir / "run.json").read_text())["status"] == "failed"
+    assert processes_of_run(err.record.run_id) == []
+    failed_at = float((err.record.run_dir / "failed_at").read_text())
+    assert raised_at - failed_at < 15
+
+
+def test_a_run_past_its_timeout_is_killed_whole(script, tmp_path):
+    with pytest.raises(RunTimedOut) as caught:
+        launch(script, 2, args=["hang"], traces_root=tmp_path, echo=False, timeout=20)
+
+    run = caught.value.record
+    assert run.status == "timeout"
+    assert processes_of_run(run.run_id) == []
+    assert json.loads((run.run_dir / "run.json").read_text())["status"] == "timeout"
+
+
+def test_two_launches_at_once_do_not_clash(script, tmp_path):
+    runs: list[RunRecord] = []
+    errors: list[BaseException] = []
+
+    def go():
+        try:
+            runs.append(launch(script, 2, experiment="same", traces_root=tmp_path, echo=False))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert errors == []
+    assert len(runs) == 2 and all(r.ok for r in runs)
+    assert runs[0].run_dir != runs[1].run_dir
+    ports = {json.loads((r.run_dir / "rank0.json").read_text())["MASTER_PORT"] for r in runs}
+    assert len(ports) == 2
+
+
+def test_a_second_run_gets_a_new_folder_and_the_first_stays_intact(script, tmp_path):
+    first = launch(script, 2, experiment="again", traces_root=tmp_path, echo=False)
+    before = {p: p.read_bytes() for p in first.paths()}
+
+    second = launch(script, 2, experiment="again", traces_root=tmp_path, echo=False)
+
+    assert second.run_dir != first.run_dir
+    assert second.run_dir.parent == first.run_dir.parent
+    assert {p: p.read_bytes() for p in first.paths()} == before
+    assert RunRecord.load(first.run_dir).run_id == first.run_id
+
+
+def test_interrupting_the_caller_stops_every_process_of_the_run(script, tmp_path):
+    caller = tmp_path / "caller.py"
+    caller.write_text(textwrap.dedent(f"""
+        from helpers.launch import launch, RunInterrupted
+        try:
+            launch({str(script)!r}, 2, args=["hang"], traces_root={str(tmp_path)!r}, timeout=300)
+        except RunInterrupted as e:
+            print("INTERRUPTED", e.record.run_id, flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(caller)], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    assert proc.stdout is not None
+    for line in proc.stdout:  # wait until both ranks are running
+        if "rank 1 of 2 says hello" in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+
+    assert "INTERRUPTED" in out
+    run_id = out.split("INTERRUPTED")[1].split()[0]
+    assert processes_of_run(run_id) == []
+
+
+def test_a_missing_script_is_named_in_the_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.py"):
+        launch(tmp_path / "nope.py", 2, traces_root=tmp_path)
+
+
+def test_a_bad_experiment_name_is_refused(script, tmp_path):
+    with pytest.raises(ValueError, match="experiment"):
+        launch(script, 2, experiment="a/b", traces_root=tmp_path)
