@@ -155,6 +155,11 @@ class RunRecord:
         return cls(**data)
 
 
+def shorten_paths(text: str) -> str:
+    """Write paths inside the repository relative to it (what a learner's screen should show)."""
+    return text.replace(str(REPO_ROOT) + os.sep, "")
+
+
 def _list_files(run_dir: Path) -> dict[str, int]:
     return {str(p.relative_to(run_dir)): p.stat().st_size
             for p in sorted(run_dir.rglob("*"))
@@ -345,7 +350,7 @@ def launch(
         m = RANK_PREFIX.match(line)
         if m:
             rank, text = int(m.group(1)), m.group(2)
-            text = re.sub(rf"^\[rank{rank}\]: ?", "", text)  # torch's own error prefix
+            text = shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # drop torch's own prefix
             rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
             if echo and not NOISE.search(text):
                 print(f"[rank{rank}] {text}", flush=True)
