@@ -1,0 +1,72 @@
+"""Summaries of a run's events that the lessons reuse.
+
+All take the ``events`` DataFrame of ``load_run(...)`` and return small DataFrames
+in milliseconds. Time "per kind" is wall time: where events of one kind overlap
+(nested ops, collectives on several threads at once) the overlap counts once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def busy_ms(starts_us, ends_us) -> float:
+    """Wall time covered by a set of intervals (µs in), overlaps counted once, in ms."""
+    starts = np.asarray(starts_us, dtype=float)
+    ends = np.asarray(ends_us, dtype=float)
+    if starts.size == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    # a new block starts where an interval begins after everything before it has ended
+    new_block = np.empty(starts.size, dtype=bool)
+    new_block[0] = True
+    new_block[1:] = starts[1:] > reach[:-1]
+    block_end = np.maximum.reduceat(ends, np.flatnonzero(new_block))
+    return float((block_end - starts[new_block]).sum() / 1e3)
+
+
+def step_times(events: pd.DataFrame) -> pd.DataFrame:
+    """Duration in ms of each ``ProfilerStep#N`` (rows: step, columns: rank)."""
+    steps = events[events["kind"] == "step"]
+    if steps.empty:
+        raise ValueError("no ProfilerStep#N events: step times need a profiler schedule "
+                         "(torch.profiler.schedule) and prof.step() after each step")
+    table = steps.assign(step_ms=steps["dur_us"] / 1e3).pivot_table(
+        index="step", columns="rank", values="step_ms", aggfunc="sum", observed=True)
+    table.columns.name = "rank"
+    return table
+
+
+def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.DataFrame:
+    """Wall time in ms per kind of event per rank (rows: rank, columns: kind).
+
+    Steps and ``other`` are left out unless named in ``kinds``.
+    """
+    ev = events if kinds else events[~events["kind"].isin(["step", "other"])]
+    if kinds:
+        ev = ev[ev["kind"].isin(kinds)]
+    rows = {}
+    for (rank, kind), group in ev.groupby(["rank", "kind"], observed=True):
+        rows.setdefault(rank, {})[kind] = busy_ms(group["start_us"], group["end_us"])
+    table = pd.DataFrame.from_dict(rows, orient="index").fillna(0.0).sort_index()
+    table.index.name = "rank"
+    order = [k for k in events["kind"].cat.categories if k in table.columns]
+    return table[order]
+
+
+def top_ops(events: pd.DataFrame, n: int = 10, kind: str | None = "compute") -> pd.DataFrame:
+    """The ``n`` events with the most total time on each rank (inclusive of nested ones).
+
+    Columns: rank, name, calls, total_ms, mean_ms; one block of ``n`` rows per rank.
+    """
+    ev = events if kind is None else events[events["kind"] == kind]
+    table = (ev.groupby(["rank", "name"], observed=True)["dur_us"]
+             .agg(calls="count", total_us="sum").reset_index())
+    table["total_ms"] = table.pop("total_us") / 1e3
+    table["mean_ms"] = table["total_ms"] / table["calls"]
+    table["name"] = table["name"].astype(str)
+    return (table.sort_values(["rank", "total_ms"], ascending=[True, False])
+            .groupby("rank").head(n).reset_index(drop=True))

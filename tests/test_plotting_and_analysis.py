@@ -1,0 +1,97 @@
+"""Timelines (rows, colours, zoom) and the summaries later lessons reuse."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_hex
+
+from helpers.analysis import busy_ms, step_times, time_per_kind, top_ops
+from helpers.plotting import KIND_COLORS, plot_rank_timeline
+from helpers.traces import load_run, load_trace
+
+from test_traces import HTA, kineto, write
+
+
+@pytest.fixture
+def two_ranks(tmp_path):
+    write(tmp_path / "rank0.json", kineto(0, steps=3))
+    write(tmp_path / "rank1.json", kineto(1, steps=3, pid=200, offset_us=20))
+    return load_run(tmp_path).events
+
+
+def collections_by_colour(fig):
+    ax = fig.axes[0]
+    return {to_hex(c.get_facecolor()[0]): c for c in ax.collections if isinstance(c, PolyCollection)}
+
+
+def test_timeline_has_one_row_per_rank_and_colours_by_kind(two_ranks, tmp_path):
+    fig = plot_rank_timeline(two_ranks)
+    fig.savefig(tmp_path / "timeline.png", dpi=60)
+
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1"]
+    colours = collections_by_colour(fig)
+    assert set(colours) == {KIND_COLORS[k] for k in ("step", "compute", "communication")}
+    assert len(colours[KIND_COLORS["communication"]].get_paths()) == 6
+    assert (tmp_path / "timeline.png").stat().st_size > 1000
+    assert ax.get_xlabel().endswith("(ms)")
+
+
+def test_timeline_lanes_split_each_rank_by_thread(two_ranks):
+    fig = plot_rank_timeline(two_ranks, lanes=True)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["rank 0 · thread 100", "rank 0 · thread 101 (pt_gloo_runloop)",
+                      "rank 1 · thread 200", "rank 1 · thread 201 (pt_gloo_runloop)"]
+
+
+def test_timeline_zooms_to_one_step(two_ranks):
+    fig = plot_rank_timeline(two_ranks, step=2)
+    lo, hi = fig.axes[0].get_xlim()
+    assert lo == pytest.approx(1.0) and hi == pytest.approx(1.92)
+    comm = collections_by_colour(fig)[KIND_COLORS["communication"]]
+    assert len(comm.get_paths()) == 2  # one all_reduce per rank in step 2
+
+
+def test_timeline_of_an_unknown_step_says_which_exist(two_ranks):
+    with pytest.raises(ValueError, match=r"step=9.*\[1, 2, 3\]"):
+        plot_rank_timeline(two_ranks, step=9)
+
+
+def test_timeline_draws_a_real_gpu_trace_with_stream_lanes(real_traces, tmp_path):
+    events = load_run(sorted((real_traces / HTA / "trace_filter").glob("*.json.gz"))).events
+    fig = plot_rank_timeline(events, lanes=True, window=(0, 2000))
+    fig.savefig(tmp_path / "gpu.png", dpi=50)
+
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert sum("GPU 0 stream" in s for s in labels) == 5
+    assert KIND_COLORS["gpu kernel"] in collections_by_colour(fig)
+
+
+def test_busy_time_counts_overlaps_once():
+    assert busy_ms([0, 500, 2000], [1000, 1500, 2500]) == pytest.approx(2.0)
+    assert busy_ms([], []) == 0.0
+
+
+def test_step_times_are_per_step_and_rank(two_ranks):
+    table = step_times(two_ranks)
+    assert list(table.index) == [1, 2, 3] and list(table.columns) == [0, 1]
+    assert (table == 0.9).all().all()
+
+
+def test_time_per_kind_is_wall_time_per_rank(two_ranks):
+    table = time_per_kind(two_ranks)
+    assert table.loc[0, "communication"] == pytest.approx(0.6)  # 3 x 200 µs
+    assert table.loc[1, "communication"] == pytest.approx(0.75)  # 3 x 250 µs
+    assert table.loc[0, "compute"] == pytest.approx(0.9)
+
+
+def test_top_ops_lists_the_heaviest_ops_per_rank(two_ranks):
+    table = top_ops(two_ranks, n=5)
+    assert list(table["rank"]) == [0, 1]
+    assert list(table["name"]) == ["aten::mm", "aten::mm"]
+    assert list(table["calls"]) == [3, 3]
