@@ -19,10 +19,10 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
-import orjson
+import msgspec
 import pandas as pd
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
@@ -99,10 +99,50 @@ class RunTraces:
         return sorted({h.rank for h in self.headers})
 
 
-# ---------------------------------------------------------------- reading bytes
+# ---------------------------------------------------------------- reading files
 
-def _read_json(path: Path) -> dict:
-    """Parse a .json or .json.gz file, turning every failure into a TraceError."""
+class _Args(msgspec.Struct):
+    """The few ``args`` of an event that become columns; the rest is skipped while parsing."""
+
+    name: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    stream: Any = None
+
+
+class _Event(msgspec.Struct):
+    ph: Any = None
+    name: Any = ""
+    cat: Any = ""
+    pid: Any = ""
+    tid: Any = ""
+    ts: Any = None
+    dur: Any = 0
+    args: Optional[_Args] = None
+
+
+class _Doc(msgspec.Struct):
+    """The parts of a trace file the loader reads (decoded straight into these types, which
+    is many times faster and smaller than building a dict per event)."""
+
+    traceEvents: list[_Event]
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+    schemaVersion: Any = None
+    host_name: Any = None
+    run_id: Any = None
+    mergedRanks: Any = None
+    world_size: Any = None
+    backend: Any = None
+
+
+_DOC = msgspec.json.Decoder(_Doc)
+_NO_ARGS = _Args()
+_BARE = msgspec.json.Decoder(list[_Event])
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The (decompressed) bytes of a .json or .json.gz file, or a TraceError saying why not."""
     if not path.exists():
         raise TraceError(path, "no such file")
     if path.is_dir():
@@ -116,35 +156,59 @@ def _read_json(path: Path) -> dict:
                                    "(was the rank killed while writing it?)") from None
         except (OSError, zlib.error) as e:
             raise TraceError(path, f"broken gzip data ({e}); re-copy or re-record the file") from None
-    elif path.suffix == ".gz":
+    elif path.name.endswith(".gz"):
         raise TraceError(path, "named .gz but is not gzip data; rename it or re-compress it")
     if not data.strip():
         raise TraceError(path, "the file is empty (the profiler never wrote it, or the rank died "
                                "before exporting); re-run that rank")
+    return data
+
+
+def _decode_error(path: Path, err: msgspec.DecodeError) -> TraceError:
+    text = str(err)
+    if isinstance(err, msgspec.ValidationError):
+        if "traceEvents" in text or "Expected `object`" in text and "$" == text.rsplit(" ", 1)[-1]:
+            return TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace "
+                                    "(written by prof.export_chrome_trace or a trace handler?)")
+        return TraceError(path, f"an event has an unexpected shape ({text}); the file is damaged")
+    if "truncated" in text:
+        return TraceError(path, "the JSON stops before it is complete: the file is truncated "
+                                "(was the rank killed while writing it?); re-run, or drop this "
+                                "file and load the others with strict=False")
+    return TraceError(path, f"not valid JSON ({text}); is this a profiler trace?")
+
+
+def _read_doc(path: Path) -> _Doc:
+    """Parse a trace file into :class:`_Doc`, turning every failure into a TraceError."""
+    data = _read_bytes(path)
     try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        stripped = data.rstrip()
-        if stripped[:1] in (b"{", b"[") and e.pos >= len(stripped) - 1:
-            raise TraceError(path, f"the JSON stops before it is complete at byte {len(data)}: "
-                                   "the file is truncated (was the rank killed while writing "
-                                   "it?); re-run, or drop this file and load the others "
-                                   "with strict=False") from None
-        raise TraceError(path, f"not valid JSON ({e}); is this a profiler trace?") from None
-    if isinstance(doc, list):  # the bare-array form of the Chrome trace format
+        if data.lstrip()[:1] == b"[":  # the bare-array form of the Chrome trace format
+            return _Doc(traceEvents=_BARE.decode(data))
+        return _DOC.decode(data)
+    except msgspec.DecodeError as err:
+        raise _decode_error(path, err) from None
+
+
+def _read_json(path: Path) -> dict:
+    """Parse a trace file into plain Python objects, every field kept (for merging)."""
+    data = _read_bytes(path)
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as err:
+        raise _decode_error(path, err) from None
+    if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace "
-                               "(written by prof.export_chrome_trace or a trace handler?)")
+        raise TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace")
     return doc
 
 
 # ------------------------------------------------------------------- the header
 
-def _rank_of(doc: dict, path: Path, rank: int | None) -> tuple[int, str]:
+def _rank_of(doc: _Doc, path: Path, rank: int | None) -> tuple[int, str]:
     if rank is not None:
         return int(rank), "argument"
-    info = doc.get("distributedInfo")
+    info = doc.distributedInfo
     if isinstance(info, dict) and isinstance(info.get("rank"), int):
         return info["rank"], "distributedInfo"
     m = RANK_IN_NAME.search(path.name)
@@ -155,18 +219,17 @@ def _rank_of(doc: dict, path: Path, rank: int | None) -> tuple[int, str]:
                            "load_trace(path, rank=N), or load_run({rank: path, ...})")
 
 
-def _header(doc: dict, path: Path, rank: int | None) -> TraceHeader:
+def _header(doc: _Doc, path: Path, rank: int | None) -> TraceHeader:
     rank, source = _rank_of(doc, path, rank)
-    info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
-    base = doc.get("baseTimeNanoseconds")
+    info = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    base = doc.baseTimeNanoseconds
     return TraceHeader(
         path=path, rank=rank, rank_source=source,
         world_size=info.get("world_size"), backend=info.get("backend"),
         process_groups=info.get("pg_config") or [],
-        host=doc.get("host_name") or doc.get("hostname"),
-        run_id=doc.get("run_id"),
+        host=doc.host_name, run_id=doc.run_id,
         base_time_ns=int(base) if isinstance(base, (int, float)) else None,
-        schema_version=doc.get("schemaVersion"),
+        schema_version=doc.schemaVersion,
     )
 
 
@@ -199,101 +262,173 @@ def _kinds(names: pd.Series, cats: pd.Series) -> np.ndarray:
     return kind
 
 
-def _lane_names(doc_events: list, pid: pd.Series, tid: pd.Series, cat: pd.Series) -> pd.Series:
-    """A readable lane per (pid, tid): the thread's name if the trace gives one,
-    ``GPU p stream t`` for GPU events, else ``thread t``."""
-    names = {}
-    for e in doc_events:
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            label = (e.get("args") or {}).get("name")
-            if label:
-                names[(str(e.get("pid")), str(e.get("tid")))] = str(label)
-    gpu = cat.isin(list(GPU_CATEGORIES)).to_numpy()
-    keys = pd.DataFrame({"pid": pid.astype(str), "tid": tid.astype(str), "gpu": gpu})
-    uniq = keys.drop_duplicates()
-    cpu_pids = uniq.loc[~uniq.gpu & uniq.pid.str.fullmatch(r"-?\d+"), "pid"].nunique()
-    labels = {}
-    for p, t, g in uniq.itertuples(index=False):
-        if g:
-            labels[(p, t, g)] = f"GPU {p} stream {t}"
-        else:
-            base = names.get((p, t)) or f"thread {t}"
-            numeric = re.fullmatch(r"-?\d+", p) is not None
-            labels[(p, t, g)] = f"{base} (pid {p})" if cpu_pids > 1 and numeric else base
-    return pd.Series([labels[k] for k in zip(keys.pid, keys.tid, keys.gpu)], dtype="category")
+@dataclass
+class _Columns:
+    """The complete events of one file as plain lists and arrays (pandas comes once per run)."""
+
+    rank: int | np.ndarray
+    name: list
+    cat: list
+    pid: list
+    tid: list
+    start: np.ndarray  # absolute µs
+    dur: np.ndarray
+    collective: list
+    shapes: list
+    stream: list
+    thread_names: dict
+    skipped: int = 0
+    merged: bool = False
 
 
-def _events_frame(doc: dict, path: Path, rank: int, strict: bool) -> tuple[pd.DataFrame, int]:
-    """The complete ('X') events of one parsed trace as a DataFrame; times in absolute µs."""
-    raw = doc["traceEvents"]
-    xs = [e for e in raw if isinstance(e, dict) and e.get("ph") == "X"]
-    ts = [e.get("ts") for e in xs]
+def _extract(doc: _Doc, path: Path, rank: int, strict: bool) -> _Columns:
+    """Pull the complete ('X') events of one parsed trace into columns; times in absolute µs."""
+    raw = doc.traceEvents
+    xs = [e for e in raw if e.ph == "X"]
+    thread_names = {(str(e.pid), str(e.tid)): str(e.args.name) for e in raw
+                    if e.ph == "M" and e.name == "thread_name" and e.args is not None
+                    and e.args.name is not None}
+    ts = [e.ts for e in xs]
     skipped = 0
     if None in ts:
         bad = [i for i, t in enumerate(ts) if t is None]
         if strict:
-            first = xs[bad[0]]
             raise TraceError(path, f"{len(bad)} complete events have no start time 'ts' (the "
-                                   f"first is {first.get('name')!r}); the file is damaged. Load "
-                                   f"with strict=False to skip them")
-        keep = np.ones(len(xs), dtype=bool)
-        keep[bad] = False
-        xs = [e for e, k in zip(xs, keep) if k]
-        ts = [t for t, k in zip(ts, keep) if k]
+                                   f"first is {xs[bad[0]].name!r}); the file is damaged. "
+                                   f"Load with strict=False to skip them")
+        dropped = set(bad)
+        xs = [e for i, e in enumerate(xs) if i not in dropped]
+        ts = [t for i, t in enumerate(ts) if i not in dropped]
         skipped = len(bad)
-    args = [e.get("args") or {} for e in xs]
-    base_us = (doc.get("baseTimeNanoseconds") or 0) / 1000.0
+    args = [e.args or _NO_ARGS for e in xs]
+    base_us = (doc.baseTimeNanoseconds or 0) / 1000.0
     try:
         start = np.asarray(ts, dtype=np.float64) + base_us
-        dur = np.asarray([e.get("dur", 0) for e in xs], dtype=np.float64)
+        dur = np.asarray([e.dur for e in xs], dtype=np.float64)
     except (TypeError, ValueError):
         raise TraceError(path, "an event has a start time or duration that is not a number; "
                                "the file is damaged") from None
-    name = pd.Series([e.get("name", "") for e in xs], dtype="category")
-    cat = pd.Series([e.get("cat", "") for e in xs], dtype="category")
-    pid = pd.Series([str(e.get("pid", "")) for e in xs], dtype="category")
-    tid = pd.Series([str(e.get("tid", "")) for e in xs], dtype="category")
+    return _Columns(
+        rank=rank,
+        name=[e.name for e in xs], cat=[e.cat for e in xs],
+        pid=[e.pid for e in xs], tid=[e.tid for e in xs],
+        start=start, dur=dur,
+        collective=[a.collective for a in args],
+        shapes=[bytes(a.dims).translate(None, b" \t\r\n").decode() if a.dims else None
+                for a in args],
+        stream=[a.stream for a in args],
+        thread_names=thread_names, skipped=skipped, merged=bool(doc.mergedRanks),
+    )
+
+
+def _frame(parts: Sequence[_Columns]) -> pd.DataFrame:
+    """One DataFrame for the columns of several files, sorted by start time."""
+    def join(attr: str) -> list:
+        return [v for part in parts for v in getattr(part, attr)]
+
+    n = sum(len(p.name) for p in parts)
+    rank = np.concatenate([np.full(len(p.name), p.rank, dtype=np.int32)
+                           if np.isscalar(p.rank) else np.asarray(p.rank, dtype=np.int32)
+                           for p in parts]) if parts else np.empty(0, np.int32)
+    name = pd.Categorical(join("name"))
+    cat = pd.Categorical(join("cat"))
+    pid = pd.Categorical([str(v) for v in join("pid")])
+    tid = pd.Categorical([str(v) for v in join("tid")])
+    start = np.concatenate([p.start for p in parts])
+    dur = np.concatenate([p.dur for p in parts])
     # kinds depend on name and category together: classify each distinct pair once
-    ncat = len(cat.cat.categories) + 1
-    pair = name.cat.codes.to_numpy(np.int64) * ncat + cat.cat.codes.to_numpy(np.int64)
+    ncat = len(cat.categories) + 1
+    pair = name.codes.astype(np.int64) * ncat + cat.codes.astype(np.int64)
     uniq, first = np.unique(pair, return_index=True)
-    uniq_kind = _kinds(name.iloc[first].reset_index(drop=True), cat.iloc[first].reset_index(drop=True))
+    uniq_kind = _kinds(pd.Series(name[first]), pd.Series(cat[first]))
     kind = pd.Categorical(uniq_kind[np.searchsorted(uniq, pair)], categories=KINDS)
     frame = pd.DataFrame({
-        "rank": np.full(len(xs), rank, dtype=np.int32),
-        "name": name, "cat": cat, "kind": kind, "pid": pid, "tid": tid,
-        "lane": _lane_names(raw, pid, tid, cat),
+        "rank": rank, "name": name, "cat": cat, "kind": kind, "pid": pid, "tid": tid,
+        "lane": _lanes(parts, rank, pid, tid, cat),
         "start_us": start, "dur_us": dur, "end_us": start + dur,
-        "collective": pd.Series([a.get("Collective name") for a in args], dtype="category"),
-        "shapes": pd.Series([_shapes(a.get("Input Dims")) for a in args], dtype="category"),
-        "stream": pd.array([a.get("stream") for a in args], dtype="Int32"),
+        "collective": pd.Categorical(join("collective")),
+        "shapes": pd.Categorical(join("shapes")),
+        "stream": pd.array(join("stream"), dtype="Int32"),
     })
+    frame = frame.sort_values(["start_us", "end_us"], ascending=[True, False], kind="stable",
+                              ignore_index=True)
     frame["step"] = _steps(frame)
-    return frame, skipped
+    frame["rel_us"] = frame["start_us"] - (frame["start_us"].min() if n else 0.0)
+    return frame
 
 
-def _shapes(dims) -> str | None:
-    return None if dims is None else orjson.dumps(dims).decode()
+def _lanes(parts: Sequence[_Columns], rank: np.ndarray, pid: pd.Categorical,
+           tid: pd.Categorical, cat: pd.Categorical) -> pd.Categorical:
+    """A readable lane per (rank, pid, tid): the thread's name if the trace gives one,
+    ``GPU p stream t`` for GPU events, else ``thread t`` (with the pid when a rank has
+    several processes)."""
+    names = {}
+    merged = any(p.merged for p in parts)
+    for part in parts:
+        for key, label in part.thread_names.items():
+            names[(part.rank if np.isscalar(part.rank) else int(key[0]),) + key] = label
+    gpu = np.isin(np.asarray(cat.astype(str)), list(GPU_CATEGORIES))
+    keys = pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "gpu": gpu})
+    group = keys.groupby(["rank", "pid", "tid", "gpu"], observed=True, sort=False).ngroup()
+    uniq = keys.drop_duplicates()  # first appearances: the same order as ngroup(sort=False)
+    numeric = uniq["pid"].astype(str).str.fullmatch(r"-?\d+").to_numpy()
+    cpu_pids = uniq[~uniq["gpu"].to_numpy() & numeric].groupby("rank")["pid"].nunique()
+    labels = []
+    for r, p, t, g in zip(uniq["rank"], uniq["pid"].astype(str), uniq["tid"].astype(str),
+                          uniq["gpu"]):
+        named = names.get((r, p, t))
+        if merged and named:
+            labels.append(named)
+        elif g:
+            labels.append(f"GPU {p} stream {t}")
+        else:
+            many = cpu_pids.get(r, 0) > 1 and re.fullmatch(r"-?\d+", p) is not None
+            base = named or f"thread {t}"
+            labels.append(f"{base} (pid {p})" if many else base)
+    return pd.Categorical(np.array(labels, dtype=object)[group.to_numpy()])
 
 
 def _steps(frame: pd.DataFrame) -> pd.Series:
-    """The ``ProfilerStep#N`` each event starts in (``<NA>`` outside every step)."""
-    out = pd.array(np.full(len(frame), pd.NA), dtype="Int32")
+    """The ``ProfilerStep#N`` each event starts in, on its own rank (``<NA>`` outside steps)."""
+    values = np.zeros(len(frame), dtype=np.int64)
+    inside = np.zeros(len(frame), dtype=bool)
     is_step = frame["kind"].to_numpy() == "step"
-    if not is_step.any():
-        return pd.Series(out, index=frame.index)
-    steps = frame.loc[is_step, ["name", "start_us", "end_us"]].sort_values("start_us")
-    numbers = steps["name"].astype(str).str.extract(STEP_NAME)[0].astype(int).to_numpy()
-    starts, ends = steps["start_us"].to_numpy(), steps["end_us"].to_numpy()
-    pos = np.searchsorted(starts, frame["start_us"].to_numpy(), side="right") - 1
-    inside = (pos >= 0) & (frame["start_us"].to_numpy() < ends[np.clip(pos, 0, None)])
-    values = np.where(inside, numbers[np.clip(pos, 0, None)], 0)
+    if is_step.any():
+        ranks = frame["rank"].to_numpy()
+        starts_all = frame["start_us"].to_numpy()
+        for rank in np.unique(ranks[is_step]):
+            steps = frame[is_step & (ranks == rank)]
+            numbers = steps["name"].astype(str).str.extract(STEP_NAME)[0].astype(int).to_numpy()
+            starts, ends = steps["start_us"].to_numpy(), steps["end_us"].to_numpy()
+            mine = np.flatnonzero(ranks == rank)
+            pos = np.searchsorted(starts, starts_all[mine], side="right") - 1
+            ok = (pos >= 0) & (starts_all[mine] < ends[np.clip(pos, 0, None)])
+            values[mine] = numbers[np.clip(pos, 0, None)]
+            inside[mine] = ok
     result = pd.array(values, dtype="Int32")
     result[~inside] = pd.NA
     return pd.Series(result, index=frame.index)
 
 
 # ------------------------------------------------------------------ public API
+
+def _read_one(path: Path, rank: int | None, strict: bool) -> tuple[TraceHeader, _Columns]:
+    doc = _read_doc(path)
+    if doc.mergedRanks:
+        header = TraceHeader(path=path, rank=-1, rank_source="merged file",
+                             world_size=doc.world_size, backend=doc.backend)
+        columns = _extract(doc, path, -1, strict)
+        columns.rank = np.asarray([int(p) for p in columns.pid], dtype=np.int32)
+    else:
+        header = _header(doc, path, rank)
+        columns = _extract(doc, path, header.rank, strict)
+    header.events = len(columns.name)
+    header.pids = sorted({str(p) for p in columns.pid})
+    if len(columns.start):
+        header.start_us = float(columns.start.min())
+        header.end_us = float((columns.start + columns.dur).max())
+    return header, columns
+
 
 def load_trace(path: str | Path, rank: int | None = None, *, strict: bool = True) -> Trace:
     """Read one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`.
@@ -303,43 +438,11 @@ def load_trace(path: str | Path, rank: int | None = None, *, strict: bool = True
 
     The DataFrame has one row per complete event, sorted by start: ``rank, name,
     cat, kind, pid, tid, lane, start_us, dur_us, end_us, collective, shapes,
-    stream, step`` (and ``rel_us``, µs since the trace's first event).
+    stream, step, rel_us`` (µs since the trace's first event). A file written by
+    :func:`merge_traces` loads with each event's own rank.
     """
-    path = Path(path)
-    doc = _read_json(path)
-    if doc.get(MERGED_KEY):
-        return _load_merged(doc, path)
-    header = _header(doc, path, rank)
-    events, skipped = _events_frame(doc, path, header.rank, strict)
-    events = events.sort_values(["start_us", "end_us"], ascending=[True, False],
-                                kind="stable", ignore_index=True)
-    _describe(header, events)
-    events["rel_us"] = events["start_us"] - header.start_us
-    return Trace(header, events, skipped)
-
-
-def _describe(header: TraceHeader, events: pd.DataFrame) -> None:
-    header.events = len(events)
-    header.pids = sorted(events["pid"].astype(str).unique().tolist())
-    if len(events):
-        header.start_us = float(events["start_us"].min())
-        header.end_us = float(events["end_us"].max())
-
-
-def _load_merged(doc: dict, path: Path) -> Trace:
-    """Read back a file written by :func:`merge_traces` (pid = rank)."""
-    events, _ = _events_frame(doc, path, -1, strict=True)
-    events["rank"] = events["pid"].astype(int).astype(np.int32)
-    lanes = {str(e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
-             if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    events["lane"] = events["tid"].astype(str).map(lanes).astype("category")
-    events = events.sort_values(["start_us", "end_us"], ascending=[True, False],
-                                kind="stable", ignore_index=True)
-    header = TraceHeader(path=path, rank=-1, rank_source="merged file",
-                         world_size=doc.get("world_size"), backend=doc.get("backend"))
-    _describe(header, events)
-    events["rel_us"] = events["start_us"] - header.start_us
-    return Trace(header, events)
+    header, columns = _read_one(Path(path), rank, strict)
+    return Trace(header, _frame([columns]), columns.skipped)
 
 
 def trace_files(folder: str | Path) -> list[Path]:
@@ -381,58 +484,52 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
         items = [(Path(p), None) for p in source]
     if not items:
         raise TraceError(None, "no trace files given")
+    wanted = None if ranks is None else set(ranks)
 
-    traces: list[Trace] = []
+    loaded: list[tuple[TraceHeader, _Columns]] = []
     skipped: list[tuple[Path, str]] = []
     for path, rank in items:
         try:
-            trace = load_trace(path, rank, strict=strict)
+            header, columns = _read_one(path, rank, strict)
         except TraceError as err:
             if strict:
                 raise
             skipped.append((path, err.problem))
             continue
-        if trace.header.rank_source == "merged file":
+        if header.rank_source == "merged file":
             skipped.append((path, "a merged trace of several ranks, not one rank's"))
             continue
-        if trace.skipped_events:
-            skipped.append((path, f"{trace.skipped_events} events without a start time skipped"))
-        if ranks is None or trace.header.rank in set(ranks):
-            traces.append(trace)
-    if not traces:
+        if columns.skipped:
+            skipped.append((path, f"{columns.skipped} events without a start time skipped"))
+        if wanted is None or header.rank in wanted:
+            loaded.append((header, columns))
+    if not loaded:
         raise TraceError(None, "no usable trace among: " + "; ".join(
             f"{_short(p)} ({why})" for p, why in skipped))
-    _check_ranks(traces)
+    headers = sorted((h for h, _ in loaded), key=lambda h: (h.rank, h.start_us))
+    _check_ranks(headers)
     if same_run:
-        _check_same_run(traces)
-    events = pd.concat([t.events for t in traces], ignore_index=True)
-    for column in ("name", "cat", "pid", "tid", "lane", "collective", "shapes"):
-        events[column] = events[column].astype("category")
-    events = events.sort_values(["start_us", "end_us"], ascending=[True, False],
-                                kind="stable", ignore_index=True)
-    events["rel_us"] = events["start_us"] - events["start_us"].min()
-    headers = sorted((t.header for t in traces), key=lambda h: (h.rank, h.start_us))
-    return RunTraces(events, headers, skipped)
+        _check_same_run(headers)
+    return RunTraces(_frame([c for _, c in loaded]), headers, skipped)
 
 
-def _check_ranks(traces: Sequence[Trace]) -> None:
+def _check_ranks(headers: Sequence[TraceHeader]) -> None:
     """Two files may share a rank only as two windows of one process (same pid, no overlap)."""
     by_rank: dict[int, list[TraceHeader]] = {}
-    for t in traces:
-        by_rank.setdefault(t.header.rank, []).append(t.header)
-    for rank, headers in by_rank.items():
-        headers.sort(key=lambda h: h.start_us)
-        for a, b in zip(headers, headers[1:]):
+    for h in headers:
+        by_rank.setdefault(h.rank, []).append(h)
+    for rank, same in by_rank.items():
+        same.sort(key=lambda h: h.start_us)
+        for a, b in zip(same, same[1:]):
             if set(a.pids) != set(b.pids) or b.start_us < a.end_us:
                 raise TraceError(b.path, f"claims rank {rank}, like {_short(a.path)}; two files "
                                          f"of one rank must be separate windows of one process. "
                                          f"Remove the duplicate, or pass files as {{rank: path}}")
 
 
-def _check_same_run(traces: Sequence[Trace]) -> None:
-    first = traces[0].header
-    for t in traces[1:]:
-        h = t.header
+def _check_same_run(headers: Sequence[TraceHeader]) -> None:
+    first = headers[0]
+    for h in headers[1:]:
         for attr in ("world_size", "backend", "run_id"):
             x, y = getattr(first, attr), getattr(h, attr)
             if x is not None and y is not None and x != y:
@@ -440,16 +537,16 @@ def _check_same_run(traces: Sequence[Trace]) -> None:
                                          f"({attr} {y!r} vs {x!r}); load each run's folder on "
                                          f"its own")
     spans: dict[int, tuple[float, float]] = {}
-    for t in traces:
-        lo, hi = spans.get(t.header.rank, (np.inf, -np.inf))
-        spans[t.header.rank] = (min(lo, t.header.start_us), max(hi, t.header.end_us))
+    for h in headers:
+        lo, hi = spans.get(h.rank, (np.inf, -np.inf))
+        spans[h.rank] = (min(lo, h.start_us), max(hi, h.end_us))
     if len(spans) > 1:
         latest_start = max(s for s, _ in spans.values())
         earliest_end = min(e for _, e in spans.values())
         if latest_start > earliest_end:
             late = max(spans, key=lambda r: spans[r][0])
             early = min(spans, key=lambda r: spans[r][1])
-            path = next(t.header.path for t in traces if t.header.rank == late)
+            path = next(h.path for h in headers if h.rank == late)
             gap = (latest_start - earliest_end) / 1e6
             raise TraceError(path, f"rank {late} starts {gap:.3f} s after rank {early} has "
                                    f"finished: the ranks were not running at the same time, so "
@@ -505,7 +602,7 @@ def merge_traces(run: RunTraces | str | Path, out: str | Path, *, gzip_output: b
     doc = {MERGED_KEY: run.ranks, "world_size": first.world_size, "backend": first.backend,
            "baseTimeNanoseconds": int(round(t0_us * 1000)), "displayTimeUnit": "ms",
            "traceEvents": merged}
-    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    data = msgspec.json.encode(doc)
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_bytes(gzip.compress(data, compresslevel=5) if gzip_output else data)
