@@ -11,21 +11,27 @@ import numpy as np
 import pandas as pd
 
 
-def busy_ms(starts_us, ends_us) -> float:
-    """Wall time covered by a set of intervals (µs in), overlaps counted once, in ms."""
-    starts = np.asarray(starts_us, dtype=float)
-    ends = np.asarray(ends_us, dtype=float)
+def merge_intervals(starts, ends, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Join intervals that overlap or lie less than ``gap`` apart; returns sorted (starts, ends)."""
+    starts = np.asarray(starts, dtype=float)
+    ends = np.asarray(ends, dtype=float)
     if starts.size == 0:
-        return 0.0
+        return starts, ends
     order = np.argsort(starts, kind="stable")
     starts, ends = starts[order], ends[order]
     reach = np.maximum.accumulate(ends)
     # a new block starts where an interval begins after everything before it has ended
     new_block = np.empty(starts.size, dtype=bool)
     new_block[0] = True
-    new_block[1:] = starts[1:] > reach[:-1]
-    block_end = np.maximum.reduceat(ends, np.flatnonzero(new_block))
-    return float((block_end - starts[new_block]).sum() / 1e3)
+    new_block[1:] = starts[1:] > reach[:-1] + gap
+    first = np.flatnonzero(new_block)
+    return starts[first], np.maximum.reduceat(ends, first)
+
+
+def busy_ms(starts_us, ends_us) -> float:
+    """Wall time covered by a set of intervals (µs in), overlaps counted once, in ms."""
+    block_starts, block_ends = merge_intervals(starts_us, ends_us)
+    return float((block_ends - block_starts).sum() / 1e3)
 
 
 def step_times(events: pd.DataFrame) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from .analysis import merge_intervals
 from .traces import KINDS
 
 #: Colour of each kind of event.
@@ -31,6 +32,13 @@ KIND_COLORS = {
     "python": "#da8bc3",
     "other": "#8c8c8c",
 }
+
+
+#: Back to front: containers (steps, annotations) behind, communication always on top.
+DRAW_ORDER = ["step", "annotation", "compute", "python", "cuda runtime", "optimizer",
+              "data loading", "gpu kernel", "gpu memory", "other", "communication"]
+#: Bars closer than this fraction of the time axis are drawn as one (below a pixel).
+MERGE_FRACTION = 1 / 4000
 
 
 def step_window(events: pd.DataFrame, step: int) -> tuple[float, float]:
@@ -79,7 +87,6 @@ def plot_rank_timeline(
 
     # y positions: one band per rank, split into lanes if asked
     rows: dict[tuple, float] = {}
-    heights: dict[tuple, float] = {}
     ticks, labels, y = [], [], 0.0
     for rank in sorted(events["rank"].unique()):
         rank_lanes = (sorted(drawable.loc[drawable["rank"] == rank, "lane"].astype(str).unique())
@@ -87,7 +94,6 @@ def plot_rank_timeline(
         top = y
         for lane in rank_lanes:
             rows[(rank, lane)] = y
-            heights[(rank, lane)] = 0.8
             if lanes:
                 ticks.append(y + 0.4)
                 labels.append(f"{row_label} {rank} · {lane}")
@@ -100,25 +106,36 @@ def plot_rank_timeline(
     if len(ev):
         keys = list(zip(ev["rank"].to_numpy(), ev["lane"].astype(str).to_numpy())) if lanes \
             else [(r, None) for r in ev["rank"].to_numpy()]
-        base = np.fromiter((rows[k] for k in keys), dtype=float, count=len(keys))
+        row_of = {key: i for i, key in enumerate(rows)}
+        row = np.fromiter((row_of[k] for k in keys), dtype=np.int64, count=len(keys))
+        row_y = np.array(list(rows.values()))
         x0 = ev["rel_us"].to_numpy() / 1e3
         x1 = x0 + ev["dur_us"].to_numpy() / 1e3
+        span = (window[1] - window[0]) if window is not None else float(x1.max() - x0.min())
+        gap = span * MERGE_FRACTION
         kind = ev["kind"].astype(str).to_numpy()
-        # draw long events first so short (nested) ones stay visible on top of them
-        order = np.argsort(-(x1 - x0), kind="stable")
-        for k in KINDS:
+        for k in DRAW_ORDER:
             if k not in shown:
                 continue
-            sel = order[kind[order] == k]
-            if not len(sel):
+            mine = kind == k
+            if not mine.any():
                 continue
+            starts, ends, ys = [], [], []
+            for r in np.unique(row[mine]):
+                sel = mine & (row == r)
+                # steps stay separate even where they touch; other bars merge below a pixel
+                s0, s1 = merge_intervals(x0[sel], x1[sel], -1e-9 if k == "step" else gap)
+                starts.append(s0)
+                ends.append(s1)
+                ys.append(np.full(len(s0), row_y[r]))
+            s0, s1, base = np.concatenate(starts), np.concatenate(ends), np.concatenate(ys)
             if k == "step":  # a thin band at the top of the row marks each step
-                b0, b1 = base[sel] - 0.12, base[sel] - 0.02
+                b0, b1 = base - 0.12, base - 0.02
             else:
-                b0, b1 = base[sel], base[sel] + 0.8
-            verts = np.empty((len(sel), 4, 2))
-            verts[:, 0, 0] = verts[:, 1, 0] = x0[sel]
-            verts[:, 2, 0] = verts[:, 3, 0] = x1[sel]
+                b0, b1 = base, base + 0.8
+            verts = np.empty((len(s0), 4, 2))
+            verts[:, 0, 0] = verts[:, 1, 0] = s0
+            verts[:, 2, 0] = verts[:, 3, 0] = s1
             verts[:, 0, 1] = verts[:, 3, 1] = b0
             verts[:, 1, 1] = verts[:, 2, 1] = b1
             ax.add_collection(PolyCollection(verts, facecolors=KIND_COLORS[k],

@@ -158,7 +158,7 @@ def _read_bytes(path: Path) -> bytes:
             raise TraceError(path, f"broken gzip data ({e}); re-copy or re-record the file") from None
     elif path.name.endswith(".gz"):
         raise TraceError(path, "named .gz but is not gzip data; rename it or re-compress it")
-    if not data.strip():
+    if not data or data.isspace():
         raise TraceError(path, "the file is empty (the profiler never wrote it, or the rank died "
                                "before exporting); re-run that rank")
     return data
