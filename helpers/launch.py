@@ -39,14 +39,13 @@ from typing import Iterable, Sequence
 
 import psutil
 
+from .kineto_noise import NOISE  # harmless profiler lines: kept in the logs, not echoed
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MANIFEST_NAME = "run.json"
 RUN_MARKER = "RUN_ID"  # environment variable that marks every process of a run
 LAST_LINES = 20  # lines of a failing rank's output quoted in the error
 
-# Lines that the CUDA build of PyTorch prints on a machine without a GPU. They are
-# harmless; they stay in the log files but are not echoed to the notebook.
-NOISE = re.compile(r"USDT:|gpuGetDeviceCount failed|cudaGetDeviceCount|CUPTI")
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 
 
