@@ -76,3 +76,56 @@ def top_ops(events: pd.DataFrame, n: int = 10, kind: str | None = "compute") -> 
     table["name"] = table["name"].astype(str)
     return (table.sort_values(["rank", "total_ms"], ascending=[True, False])
             .groupby("rank").head(n).reset_index(drop=True))
+
+
+#: Names of the collectives as the backends record them (``gloo:all_reduce``, ``nccl:broadcast``).
+COLLECTIVE_NAMES = r"^(?:gloo|nccl|mpi):"
+
+
+def collective_waits(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.DataFrame:
+    """Split each collective into waiting and moving data, per rank.
+
+    The i-th collective of a given name is matched across ranks. All ranks leave it at
+    about the same moment, so the shortest duration among them approximates the
+    transfer itself; the rest of each rank's duration is time spent waiting for the
+    others. This needs no agreement between the ranks' clocks.
+
+    Returns one row per collective and rank: ``name, index, rank, step, start_us,
+    dur_us, transfer_us, wait_us``; collectives missing on some rank are left out.
+    """
+    ev = events[events["name"].astype(str).str.contains(names, regex=True)]
+    ev = ev.sort_values(["rank", "start_us"])[["name", "rank", "step", "start_us", "dur_us"]].copy()
+    ev["name"] = ev["name"].astype(str)
+    ev["index"] = ev.groupby(["rank", "name"]).cumcount()
+    ranks = ev["rank"].nunique()
+    group = ev.groupby(["name", "index"])
+    ev = ev[group["rank"].transform("nunique") == ranks]
+    ev["transfer_us"] = ev.groupby(["name", "index"])["dur_us"].transform("min")
+    ev["wait_us"] = ev["dur_us"] - ev["transfer_us"]
+    return ev[["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]] \
+        .reset_index(drop=True)
+
+
+def waiting_per_step(events: pd.DataFrame) -> pd.DataFrame:
+    """Time each rank spent waiting in collectives, per step, in ms (rows: step, columns: rank).
+
+    Waiting is the first ``wait_us`` of each collective (see :func:`collective_waits`).
+    Collectives run on several threads at once, so the waiting intervals of one rank
+    and step are joined and counted once: wall time, not a sum of durations.
+    """
+    waits = collective_waits(events).dropna(subset=["step"])
+    rows = {}
+    for (step, rank), g in waits.groupby(["step", "rank"]):
+        rows.setdefault(int(step), {})[int(rank)] = busy_ms(g["start_us"], g["start_us"] + g["wait_us"])
+    table = pd.DataFrame.from_dict(rows, orient="index").sort_index().sort_index(axis=1)
+    table.index.name, table.columns.name = "step", "rank"
+    return table.fillna(0.0)
+
+
+def find_straggler(events: pd.DataFrame) -> int:
+    """The rank the others wait for: the one that waits least in collectives (median per step)."""
+    waits = waiting_per_step(events)
+    if waits.empty:
+        raise ValueError("no collectives inside profiler steps: a straggler can only be found in "
+                         "traces with ProfilerStep#N and gloo:/nccl: collectives")
+    return int(waits.median().idxmin())

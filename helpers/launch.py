@@ -46,7 +46,6 @@ MANIFEST_NAME = "run.json"
 RUN_MARKER = "RUN_ID"  # environment variable that marks every process of a run
 LAST_LINES = 20  # lines of a failing rank's output quoted in the error
 
-RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 
 
 class LaunchError(RuntimeError):
@@ -246,6 +245,46 @@ def stop_run_processes(agent: subprocess.Popen, run_id: str, grace: float = 3.0)
         pass
 
 
+class RankLogs:
+    """Follow the per-rank log files that torchrun writes with ``--redirects``.
+
+    torchrun puts each worker's stdout and stderr in
+    ``<log_dir>/<id>/attempt_<n>/<local_rank>/{stdout,stderr}.log``. Reading them
+    ourselves (rather than torchrun's echo to the console) keeps each line whole and
+    labelled with its rank. ``poll()`` returns the complete new lines as
+    ``(rank, line)``; ``poll(final=True)`` also returns an unfinished last line.
+    """
+
+    def __init__(self, log_dir: Path, first_rank: int = 0):
+        self.log_dir = log_dir
+        self.first_rank = first_rank
+        self._offsets: dict[Path, int] = {}
+        self._partial: dict[Path, bytes] = {}
+
+    def poll(self, final: bool = False) -> list[tuple[int, str]]:
+        out = []
+        # stdout before stderr, so an error message follows the output that led to it
+        paths = self.log_dir.glob("*/attempt_*/*/std*.log")
+        for path in sorted(paths, key=lambda p: (p.parent, p.name != "stdout.log")):
+            offset = self._offsets.get(path, 0)
+            try:
+                with path.open("rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except OSError:
+                continue
+            self._offsets[path] = offset + len(data)
+            data = self._partial.pop(path, b"") + data
+            *complete, rest = data.split(b"\n")
+            if rest and final:
+                complete.append(rest)
+            elif rest:
+                self._partial[path] = rest
+            rank = self.first_rank + int(path.parent.name)
+            out.extend((rank, line.decode(errors="replace")) for line in complete)
+        return out
+
+
 _FAILURE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)")
 
 
@@ -306,8 +345,7 @@ def launch(
         sys.executable, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
-        "--tee=3", f"--log-dir={run_dir / 'logs'}",
-        "--log-line-prefix-template=[rank${rank}]: ",
+        "--redirects=3", f"--log-dir={run_dir / 'logs'}",
         *torchrun_args, str(script), *map(str, args),
     ]
     child_env = dict(os.environ)
@@ -331,32 +369,30 @@ def launch(
 
     rank_lines: dict[int, deque[str]] = {}
     agent_lines: list[str] = []
-    lines: queue.Queue[str | None] = queue.Queue()
+    agent_queue: queue.Queue[str | None] = queue.Queue()
+    logs = RankLogs(run_dir / "logs")
     t0 = time.monotonic()
     agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, env=child_env, text=True,
                              errors="replace", bufsize=1, start_new_session=True)
 
-    def pump() -> None:
+    def pump() -> None:  # torchrun's own output: kept for its failure summary
         assert agent.stdout is not None
         for line in agent.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
+            agent_queue.put(line.rstrip("\n"))
+        agent_queue.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
 
-    def take(line: str) -> None:
-        m = RANK_PREFIX.match(line)
-        if m:
-            rank, text = int(m.group(1)), m.group(2)
-            text = shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # drop torch's own prefix
+    def take_rank_lines(final: bool = False) -> None:
+        for rank, text in logs.poll(final):
+            text = shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's own prefix
             rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
             if echo and not NOISE.search(text):
                 print(f"[rank{rank}] {text}", flush=True)
-        else:
-            agent_lines.append(line)
 
     def finish(status: str) -> None:
+        take_rank_lines(final=True)
         record.status = status
         record.ended = _dt.datetime.now().isoformat(timespec="seconds")
         record.seconds = round(time.monotonic() - t0, 3)
@@ -364,8 +400,8 @@ def launch(
         record.save()
 
     try:
-        done = False
-        while not done:
+        agent_done = False
+        while not agent_done:
             remaining = timeout - (time.monotonic() - t0)
             if remaining <= 0:
                 stop_run_processes(agent, run_id)
@@ -375,13 +411,14 @@ def launch(
                                   f"{timeout:g} s and was killed with all its processes; "
                                   f"raise timeout= if it needs longer", record)
             try:
-                line = lines.get(timeout=min(0.2, remaining))
+                line = agent_queue.get(timeout=min(0.1, remaining))
+                while line is not None:
+                    agent_lines.append(line)
+                    line = agent_queue.get_nowait()
+                agent_done = True
             except queue.Empty:
-                continue
-            if line is None:
-                done = True
-            else:
-                take(line)
+                pass
+            take_rank_lines()
         agent.wait()
     except KeyboardInterrupt:
         stop_run_processes(agent, run_id)
