@@ -78,8 +78,11 @@ def top_ops(events: pd.DataFrame, n: int = 10, kind: str | None = "compute") -> 
             .groupby("rank").head(n).reset_index(drop=True))
 
 
-#: Names of the collectives as the backends record them (``gloo:all_reduce``, ``nccl:broadcast``).
+#: Names of the collectives as the backends record them on the CPU (``gloo:all_reduce``,
+#: ``nccl:all_reduce``). With NCCL the transfer runs in GPU kernels: pass
+#: ``names=NCCL_KERNELS`` to analyse those instead.
 COLLECTIVE_NAMES = r"^(?:gloo|nccl|mpi):"
+NCCL_KERNELS = r"^nccl(?:Dev)?Kernel"
 
 
 def collective_waits(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.DataFrame:
@@ -106,14 +109,14 @@ def collective_waits(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.
         .reset_index(drop=True)
 
 
-def waiting_per_step(events: pd.DataFrame) -> pd.DataFrame:
+def waiting_per_step(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.DataFrame:
     """Time each rank spent waiting in collectives, per step, in ms (rows: step, columns: rank).
 
     Waiting is the first ``wait_us`` of each collective (see :func:`collective_waits`).
     Collectives run on several threads at once, so the waiting intervals of one rank
     and step are joined and counted once: wall time, not a sum of durations.
     """
-    waits = collective_waits(events).dropna(subset=["step"])
+    waits = collective_waits(events, names).dropna(subset=["step"])
     rows = {}
     for (step, rank), g in waits.groupby(["step", "rank"]):
         rows.setdefault(int(step), {})[int(rank)] = busy_ms(g["start_us"], g["start_us"] + g["wait_us"])
@@ -122,9 +125,9 @@ def waiting_per_step(events: pd.DataFrame) -> pd.DataFrame:
     return table.fillna(0.0)
 
 
-def find_straggler(events: pd.DataFrame) -> int:
+def find_straggler(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> int:
     """The rank the others wait for: the one that waits least in collectives (median per step)."""
-    waits = waiting_per_step(events)
+    waits = waiting_per_step(events, names)
     if waits.empty:
         raise ValueError("no collectives inside profiler steps: a straggler can only be found in "
                          "traces with ProfilerStep#N and gloo:/nccl: collectives")
