@@ -10,7 +10,8 @@ import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
 
-from helpers.analysis import busy_ms, step_times, time_per_kind, top_ops
+from helpers.analysis import (busy_ms, collective_waits, find_straggler, step_times, time_per_kind,
+                              top_ops, waiting_per_step)
 from helpers.plotting import KIND_COLORS, plot_rank_timeline
 from helpers.traces import load_run, load_trace
 
@@ -95,3 +96,54 @@ def test_top_ops_lists_the_heaviest_ops_per_rank(two_ranks):
     assert list(table["rank"]) == [0, 1]
     assert list(table["name"]) == ["aten::mm", "aten::mm"]
     assert list(table["calls"]) == [3, 3]
+
+
+def _straggler_events(tmp_path, slow_rank: int = 1, delay_us: float = 300.0):
+    """Two ranks, three steps; the slow rank reaches each all_reduce ``delay_us`` late."""
+    import json
+
+    docs = []
+    for rank in (0, 1):
+        pid = 100 + rank
+        events = []
+        for step in range(3):
+            t = step * 2000.0
+            arrive = t + 500 + (delay_us if rank == slow_rank else 0)
+            end = t + 500 + delay_us + 100  # everyone leaves together
+            events += [
+                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": pid,
+                 "tid": pid, "ts": t, "dur": 1900.0},
+                # two overlapping collectives on two gloo threads: waiting counts once
+                {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": pid,
+                 "tid": pid + 10, "ts": arrive, "dur": end - arrive},
+                {"ph": "X", "cat": "user_annotation", "name": "gloo:broadcast", "pid": pid,
+                 "tid": pid + 11, "ts": arrive, "dur": end - arrive},
+            ]
+        doc = {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"},
+               "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": events}
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    return load_run(tmp_path).events
+
+
+def test_collective_waits_take_the_shortest_duration_as_the_transfer(tmp_path):
+    waits = collective_waits(_straggler_events(tmp_path))
+    assert set(waits["transfer_us"]) == {100.0}
+    assert set(waits.loc[waits["rank"] == 0, "wait_us"]) == {300.0}
+    assert set(waits.loc[waits["rank"] == 1, "wait_us"]) == {0.0}
+
+
+def test_waiting_per_step_counts_overlapping_collectives_once(tmp_path):
+    table = waiting_per_step(_straggler_events(tmp_path))
+    assert list(table.index) == [1, 2, 3]
+    assert list(table[0]) == pytest.approx([0.3, 0.3, 0.3])  # 300 µs each, not 600 µs
+    assert (table[1] == 0).all()
+
+
+def test_the_straggler_is_the_rank_that_waits_least(tmp_path):
+    assert find_straggler(_straggler_events(tmp_path, slow_rank=0)) == 0
+
+
+def test_a_run_without_steps_cannot_name_a_straggler(two_ranks):
+    no_steps = two_ranks.assign(step=pd.array([pd.NA] * len(two_ranks), dtype="Int32"))
+    with pytest.raises(ValueError, match="straggler"):
+        find_straggler(no_steps)
