@@ -108,6 +108,10 @@ class RunRecord:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def lines(self, rank: int) -> list[str]:
+        """What a rank printed (stdout, then stderr), without blank lines and profiler noise."""
+        return [line for line in self.output.get(rank, []) if line.strip() and not NOISE.search(line)]
+
     def paths(self, pattern: str = "*") -> list[Path]:
         """Files in the run folder matching a glob pattern (recursive), sorted."""
         return sorted(p for p in self.run_dir.rglob(pattern) if p.is_file())

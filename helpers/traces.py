@@ -26,8 +26,9 @@ import msgspec
 import pandas as pd
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
-COMM_PATTERN = re.compile(r"^(?:nccl|gloo|c10d|mpi)[:_]|^record_param_comms$|nccl(?:Dev)?Kernel|^ProcessGroup",
-                          re.IGNORECASE)
+# collectives (gloo:, nccl:, c10d::), NCCL kernels, and RPC calls (not the remote ops they cause)
+COMM_PATTERN = re.compile(r"^(?:nccl|gloo|c10d|mpi)[:_]|^record_param_comms$|nccl(?:Dev)?Kernel"
+                          r"|^ProcessGroup|^rpc_(?:async|sync|remote)#(?!.*#remote_op)", re.IGNORECASE)
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 MERGED_KEY = "mergedRanks"

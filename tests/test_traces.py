@@ -309,3 +309,12 @@ def test_a_merged_file_in_a_run_folder_is_not_loaded_as_a_rank(tmp_path):
     run = load_run(tmp_path)
     assert run.ranks == [0, 1] and len(run.headers) == 2
     assert [p.name for p, _ in run.skipped] == ["merged.json"]
+
+
+def test_rpc_calls_are_communication_and_their_remote_ops_are_not():
+    from helpers.traces import event_kind
+
+    assert event_kind("rpc_async#udf(worker0 -> worker1)", "user_annotation") == "communication"
+    assert event_kind("rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul", "cpu_op") == "compute"
+    assert event_kind("gloo:all_reduce", "user_annotation") == "communication"
+    assert event_kind("Optimizer.step#SGD.step", "user_annotation") == "optimizer"
