@@ -132,3 +132,21 @@ def find_straggler(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> int:
         raise ValueError("no collectives inside profiler steps: a straggler can only be found in "
                          "traces with ProfilerStep#N and gloo:/nccl: collectives")
     return int(waits.median().idxmin())
+
+
+def max_parallel_lanes(events: pd.DataFrame) -> int:
+    """The largest number of lanes (threads, streams) busy at the same moment.
+
+    Within a lane, overlapping events (nested ops) count as one busy stretch.
+    """
+    starts, ends = [], []
+    for _, lane in events.groupby(["rank", "lane"], observed=True):
+        s, e = merge_intervals(lane["start_us"], lane["end_us"])
+        starts.append(s)
+        ends.append(e)
+    if not starts:
+        return 0
+    times = np.concatenate(starts + ends)
+    change = np.concatenate([np.ones(sum(map(len, starts))), -np.ones(sum(map(len, ends)))])
+    order = np.lexsort((change, times))  # at equal times, an end comes before a start
+    return int(np.cumsum(change[order]).max())

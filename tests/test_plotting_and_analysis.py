@@ -147,3 +147,19 @@ def test_a_run_without_steps_cannot_name_a_straggler(two_ranks):
     no_steps = two_ranks.assign(step=pd.array([pd.NA] * len(two_ranks), dtype="Int32"))
     with pytest.raises(ValueError, match="straggler"):
         find_straggler(no_steps)
+
+
+def test_max_parallel_lanes_counts_lanes_busy_at_once():
+    from helpers.analysis import max_parallel_lanes
+
+    events = pd.DataFrame({
+        "rank": [1] * 5,
+        "lane": ["a", "a", "b", "c", "d"],
+        "start_us": [0.0, 10.0, 5.0, 50.0, 100.0],  # a: 0-30 (nested), b: 5-20, c: 50-60, d: 100-110
+        "end_us": [30.0, 20.0, 20.0, 60.0, 110.0],
+    })
+    assert max_parallel_lanes(events) == 2
+    touching = pd.DataFrame({"rank": [0, 0], "lane": ["a", "b"], "start_us": [0.0, 10.0],
+                             "end_us": [10.0, 20.0]})
+    assert max_parallel_lanes(touching) == 1
+    assert max_parallel_lanes(touching.iloc[:0]) == 0
