@@ -150,3 +150,32 @@ def max_parallel_lanes(events: pd.DataFrame) -> int:
     change = np.concatenate([np.ones(sum(map(len, starts))), -np.ones(sum(map(len, ends)))])
     order = np.lexsort((change, times))  # at equal times, an end comes before a start
     return int(np.cumsum(change[order]).max())
+
+
+def clock_offsets(events: pd.DataFrame, nodes: dict[int, list[int]],
+                  names: str = COLLECTIVE_NAMES) -> dict[int, float]:
+    """How far each node's clock is ahead of the first node's, in µs, from the traces alone.
+
+    nodes: the ranks of each node, e.g. ``RunRecord.nodes``; the first node is the reference.
+
+    The *i*-th collective of a name is the same operation on every rank, and it is over
+    when its last rank leaves it. On each node the latest end of that collective marks
+    that moment (earlier ends are ranks that had their result sooner), so the difference
+    between two nodes' latest ends is the difference of their clocks, up to the time a
+    message takes between them. The estimate is the median over all collectives.
+    """
+    ev = events[events["name"].astype(str).str.contains(names, regex=True)]
+    ev = ev.sort_values(["rank", "start_us"])[["name", "rank", "end_us"]].copy()
+    ev["name"] = ev["name"].astype(str)
+    ev["index"] = ev.groupby(["rank", "name"]).cumcount()
+    ends = ev.pivot_table(index=["name", "index"], columns="rank", values="end_us")
+    reference, *_ = nodes
+    if not set(nodes[reference]) <= set(ends.columns):
+        raise ValueError(f"node {reference}: no collectives from its ranks {nodes[reference]}")
+    base = ends[nodes[reference]].max(axis=1)
+    offsets = {}
+    for node, ranks in nodes.items():
+        if not set(ranks) <= set(ends.columns):
+            raise ValueError(f"node {node}: no collectives from its ranks {ranks}")
+        offsets[node] = float((ends[ranks].max(axis=1) - base).dropna().median())
+    return offsets

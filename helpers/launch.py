@@ -80,8 +80,10 @@ class RunRecord:
     """What one launch did: where it wrote, how each rank ended, what it printed.
 
     ``exit_codes`` maps each global rank to its exit code: -15 means torchrun
-    stopped the rank (SIGTERM) after another one failed; ``None`` means the run
-    was killed (timeout, interrupt) before the rank could report.
+    stopped the rank (SIGTERM) after another one failed; ``None`` means no code was
+    reported (the run was killed on a timeout or an interrupt, or the rank's node
+    was stopped by the launcher after another node failed).
+    ``nodes`` maps each node (torchrun agent) to the global ranks it ran.
     ``files`` maps paths relative to ``run_dir`` to sizes in bytes.
     """
 
@@ -101,6 +103,7 @@ class RunRecord:
     seconds: float | None = None
     status: str = "running"
     exit_codes: dict[int, int | None] = field(default_factory=dict)
+    nodes: dict[int, list[int]] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)
     output: dict[int, list[str]] = field(default_factory=dict, repr=False)
 
@@ -132,6 +135,7 @@ class RunRecord:
         data["run_dir"] = self.relative_dir()
         data.pop("output")
         data["exit_codes"] = {str(k): v for k, v in self.exit_codes.items()}
+        data["nodes"] = {str(k): v for k, v in self.nodes.items()}
         return data
 
     def save(self) -> Path:
@@ -154,6 +158,7 @@ class RunRecord:
         data = json.loads(path.read_text())
         data["run_dir"] = run_dir
         data["exit_codes"] = {int(k): v for k, v in data["exit_codes"].items()}
+        data["nodes"] = {int(k): v for k, v in data.get("nodes", {}).items()}
         return cls(**data)
 
 
@@ -259,14 +264,16 @@ class RankLogs:
     ``(rank, line)``; ``poll(final=True)`` also returns an unfinished last line.
     """
 
-    def __init__(self, log_dir: Path, first_rank: int = 0):
+    def __init__(self, log_dir: Path, first_rank: int | None = 0):
         self.log_dir = log_dir
-        self.first_rank = first_rank
+        self.first_rank = first_rank  # None until known (multi-node: from torchrun's log)
         self._offsets: dict[Path, int] = {}
         self._partial: dict[Path, bytes] = {}
 
     def poll(self, final: bool = False) -> list[tuple[int, str]]:
-        out = []
+        out: list[tuple[int, str]] = []
+        if self.first_rank is None:
+            return out
         # stdout before stderr, so an error message follows the output that led to it
         paths = self.log_dir.glob("*/attempt_*/*/std*.log")
         for path in sorted(paths, key=lambda p: (p.parent, p.name != "stdout.log")):
@@ -306,6 +313,51 @@ def _failed_ranks(agent_lines: Iterable[str]) -> tuple[int | None, dict[int, int
     return (int(root.group(1)) if root else None), codes
 
 
+class RendezvousTimedOut(LaunchError):
+    """Not every node joined the rendezvous before its join timeout."""
+
+
+_GLOBAL_RANKS = re.compile(r"global_ranks=\[(\d+)")
+
+
+class _Agent:
+    """One torchrun agent (one node) of a run: its process, its output, its ranks' logs."""
+
+    def __init__(self, node: int, command: list[str], env: dict[str, str], node_dir: Path,
+                 nnodes: int):
+        self.node = node
+        self.lines: list[str] = []
+        self.logs = RankLogs(node_dir / "logs", first_rank=0 if nnodes == 1 else None)
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        self.finished = False
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, text=True,
+                                        errors="replace", bufsize=1, start_new_session=True)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.queue.put(line.rstrip("\n"))
+        self.queue.put(None)
+
+    def drain(self) -> None:
+        """Take torchrun's new output lines; learn the node's first global rank from them."""
+        while True:
+            try:
+                line = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            if line is None:
+                self.process.wait()
+                self.finished = True
+                return
+            self.lines.append(line)
+            m = _GLOBAL_RANKS.search(line)
+            if m and self.logs.first_rank is None:
+                self.logs.first_rank = int(m.group(1))
+
+
 def launch(
     script: str | Path,
     nproc: int | None = None,
@@ -315,23 +367,31 @@ def launch(
     timeout: float = 300.0,
     echo: bool = True,
     nnodes: int = 1,
+    start_nodes: int | None = None,
+    rdzv_timeout: float = 60.0,
     traces_root: str | Path | None = None,
     env: dict[str, str] | None = None,
     torchrun_args: Sequence[str] = (),
 ) -> RunRecord:
     """Run ``script`` under ``python -m torch.distributed.run`` and return its :class:`RunRecord`.
 
-    nproc: processes (ranks) to start; default one per GPU, or 2 on a CPU machine.
+    nproc: processes (ranks) per node; default one per GPU, or 2 on a CPU machine.
     experiment: folder under ``traces/`` for this kind of run (default: the script's name).
     args: command-line arguments for the script.
     timeout: seconds before the whole run is killed and :class:`RunTimedOut` raised.
     echo: print each rank's output live, prefixed ``[rankN]``.
+    nnodes: nodes of the job. Each node is a torchrun agent of its own on this machine, meeting
+        the others through torchrun's c10d rendezvous as on a cluster, with its own folder
+        ``node<N>/`` in the run folder (its ``RUN_DIR``), as on node-local disks.
+    start_nodes: start only this many of the ``nnodes`` agents (to see what happens when a node
+        never joins); the run then ends with :class:`RendezvousTimedOut`.
+    rdzv_timeout: seconds the agents wait for every node to join.
     env: extra environment variables for every rank.
     torchrun_args: extra options for torchrun itself.
 
     Raises :class:`RankFailed` (naming the rank, its exit code and last lines),
-    :class:`RunTimedOut` or :class:`RunInterrupted`; no process of the run
-    survives any of them. The manifest ``run.json`` is written in every case.
+    :class:`RunTimedOut`, :class:`RendezvousTimedOut` or :class:`RunInterrupted`; no
+    process of the run survives any of them. The manifest ``run.json`` is written in every case.
     """
     script = Path(script)
     if not script.is_file():
@@ -340,110 +400,114 @@ def launch(
     device, backend, gpus = detect_device()
     if nproc is None:
         nproc = gpus or 2
-    if nproc < 1:
-        raise ValueError(f"nproc={nproc}: need at least one process")
+    if nproc < 1 or nnodes < 1:
+        raise ValueError(f"nproc={nproc}, nnodes={nnodes}: need at least one of each")
+    start_nodes = nnodes if start_nodes is None else start_nodes
     experiment = experiment or script.stem
     run_id, run_dir = new_run_dir(experiment, traces_root)
     port = free_port()
-    command = [
+    node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
+    commands = [[
         sys.executable, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
-        "--redirects=3", f"--log-dir={run_dir / 'logs'}",
+        f"--rdzv-conf=join_timeout={rdzv_timeout:g}",
+        "--redirects=3", f"--log-dir={node_dir / 'logs'}",
         *torchrun_args, str(script), *map(str, args),
-    ]
+    ] for node_dir in node_dirs]
     child_env = dict(os.environ)
     child_env.update({
-        "RUN_DIR": str(run_dir), "DIST_BACKEND": backend, RUN_MARKER: run_id,
-        "PYTHONUNBUFFERED": "1", "KINETO_LOG_LEVEL": child_env.get("KINETO_LOG_LEVEL", "5"),
+        "DIST_BACKEND": backend, RUN_MARKER: run_id, "PYTHONUNBUFFERED": "1",
+        "KINETO_LOG_LEVEL": child_env.get("KINETO_LOG_LEVEL", "5"),
+        "LOGLEVEL": "INFO",  # torchrun then logs which global ranks each node got
     })
     if device == "cpu":
         child_env["OMP_NUM_THREADS"] = "1"
     child_env.update(env or {})
     record = RunRecord(
-        experiment=experiment, run_id=run_id, run_dir=run_dir, command=command[1:],
+        experiment=experiment, run_id=run_id, run_dir=run_dir, command=commands[0][1:],
         script=script.name, args=list(map(str, args)), nproc=nproc, nnodes=nnodes,
         world_size=nproc * nnodes, backend=backend, device=device,
         started=_dt.datetime.now().isoformat(timespec="seconds"),
     )
     record.save()
     if echo:
-        print(f"launching {script.name} with {record.world_size} ranks ({device}, {backend}) "
-              f"-> {record.relative_dir()}", flush=True)
+        nodes = f" on {nnodes} nodes" if nnodes > 1 else ""
+        print(f"launching {script.name} with {record.world_size} ranks{nodes} ({device}, "
+              f"{backend}) -> {record.relative_dir()}", flush=True)
 
     rank_lines: dict[int, deque[str]] = {}
-    agent_lines: list[str] = []
-    agent_queue: queue.Queue[str | None] = queue.Queue()
-    logs = RankLogs(run_dir / "logs")
     t0 = time.monotonic()
-    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=child_env, text=True,
-                             errors="replace", bufsize=1, start_new_session=True)
-
-    def pump() -> None:  # torchrun's own output: kept for its failure summary
-        assert agent.stdout is not None
-        for line in agent.stdout:
-            agent_queue.put(line.rstrip("\n"))
-        agent_queue.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
+    agents = []
+    for node, (command, node_dir) in enumerate(zip(commands[:start_nodes], node_dirs)):
+        node_dir.mkdir(parents=True, exist_ok=True)
+        agents.append(_Agent(node, command, {**child_env, "RUN_DIR": str(node_dir),
+                                             "NODE_NAME": f"node{node}"}, node_dir, nnodes))
 
     def take_rank_lines(final: bool = False) -> None:
-        for rank, text in logs.poll(final):
-            text = shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's own prefix
-            rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
-            if echo and not NOISE.search(text):
-                print(f"[rank{rank}] {text}", flush=True)
+        for agent in agents:
+            for rank, text in agent.logs.poll(final):
+                text = shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's prefix
+                rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
+                if echo and not NOISE.search(text):
+                    print(f"[rank{rank}] {text}", flush=True)
 
-    def finish(status: str) -> None:
+    def stop_all(grace: float = 3.0) -> None:
+        for agent in agents:
+            stop_run_processes(agent.process, run_id, grace)
+
+    def finish(status: str, exit_codes: dict[int, int | None]) -> None:
         take_rank_lines(final=True)
         record.status = status
+        record.exit_codes = exit_codes
+        record.nodes = {a.node: list(range(a.logs.first_rank, a.logs.first_rank + nproc))
+                        for a in agents if a.logs.first_rank is not None}
         record.ended = _dt.datetime.now().isoformat(timespec="seconds")
         record.seconds = round(time.monotonic() - t0, 3)
         record.output = {r: list(d) for r, d in sorted(rank_lines.items())}
         record.save()
 
+    unknown = {r: None for r in range(record.world_size)}
     try:
-        agent_done = False
-        while not agent_done:
-            remaining = timeout - (time.monotonic() - t0)
-            if remaining <= 0:
-                stop_run_processes(agent, run_id)
-                record.exit_codes = {r: None for r in range(record.world_size)}
-                finish("timeout")
+        while not all(a.finished for a in agents):
+            if time.monotonic() - t0 > timeout:
+                stop_all()
+                finish("timeout", unknown)
                 raise RunTimedOut(f"run {record.relative_dir()} was still going after "
                                   f"{timeout:g} s and was killed with all its processes; "
                                   f"raise timeout= if it needs longer", record)
-            try:
-                line = agent_queue.get(timeout=min(0.1, remaining))
-                while line is not None:
-                    agent_lines.append(line)
-                    line = agent_queue.get_nowait()
-                agent_done = True
-            except queue.Empty:
-                pass
+            time.sleep(0.1)
+            for agent in agents:
+                agent.drain()
             take_rank_lines()
-        agent.wait()
+            if any(a.finished and a.process.returncode != 0 for a in agents):
+                break  # one node failed: stop the others rather than let them hang
     except KeyboardInterrupt:
-        stop_run_processes(agent, run_id)
-        record.exit_codes = {r: None for r in range(record.world_size)}
-        finish("interrupted")
+        stop_all()
+        finish("interrupted", unknown)
         raise RunInterrupted(f"run {record.relative_dir()} was interrupted; all its "
                              f"processes were stopped", record) from None
 
-    stop_run_processes(agent, run_id, grace=1.0)  # normally finds nothing left
-    if agent.returncode == 0:
-        record.exit_codes = {r: 0 for r in range(record.world_size)}
-        finish("ok")
+    stop_all(grace=1.0)  # normally finds nothing left
+    for agent in agents:
+        agent.drain()
+    if all(a.finished and a.process.returncode == 0 for a in agents):
+        finish("ok", {r: 0 for r in range(record.world_size)})
         return record
 
+    agent_lines = [line for a in agents for line in a.lines]
+    if any("RendezvousTimeoutError" in line for line in agent_lines):
+        finish("rendezvous timeout", unknown)
+        raise RendezvousTimedOut(
+            f"the rendezvous timed out after {rdzv_timeout:g} s: {start_nodes} of {nnodes} nodes "
+            f"joined. Every node must run torchrun with the same --nnodes, --rdzv-endpoint "
+            f"and --rdzv-id, and reach the endpoint's host and port", record)
     rank, failed = _failed_ranks(agent_lines)
-    record.exit_codes = {r: failed.get(r, 0) for r in range(record.world_size)}
-    finish("failed")
+    finish("failed", {r: failed.get(r) for r in range(record.world_size)})
     if rank is None:
         tail = "\n".join("    " + line for line in agent_lines[-LAST_LINES:])
-        raise LaunchError(f"torchrun exited with code {agent.returncode} before any rank "
-                          f"reported; its last lines:\n{tail}", record)
+        raise LaunchError(f"torchrun exited before any rank reported; its last lines:\n{tail}",
+                          record)
     code = failed[rank]
     last = list(rank_lines.get(rank, []))[-LAST_LINES:]
     shown = "\n".join("    " + line for line in last) or "    (no output)"

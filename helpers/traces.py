@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import shutil
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -459,7 +460,7 @@ def trace_files(folder: str | Path) -> list[Path]:
 
 
 def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
-             same_run: bool = True) -> RunTraces:
+             same_run: bool = True, expect_ranks: Iterable[int] | None = None) -> RunTraces:
     """Load every rank's trace of one run into a :class:`RunTraces`.
 
     source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``
@@ -469,6 +470,7 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
     ranks: only keep these ranks.
     same_run: check that the files come from one run (same world size and backend,
         same ``run_id`` where recorded, ranks active at the same time).
+    expect_ranks: ranks that must be there; a missing one raises :class:`TraceError` naming it.
 
     ``events`` gets ``rel_us``: µs since the earliest event of the whole run.
     """
@@ -508,6 +510,14 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
         raise TraceError(None, "no usable trace among: " + "; ".join(
             f"{_short(p)} ({why})" for p, why in skipped))
     headers = sorted((h for h, _ in loaded), key=lambda h: (h.rank, h.start_us))
+    if expect_ranks is not None:
+        missing = sorted(set(expect_ranks) - {h.rank for h in headers})
+        if missing:
+            where = source if isinstance(source, (str, os.PathLike)) else None
+            raise TraceError(where, f"no trace from rank{'s' if len(missing) > 1 else ''} "
+                                    f"{', '.join(map(str, missing))}: check that "
+                                    f"{'they' if len(missing) > 1 else 'it'} profiled and "
+                                    f"that every node's folder was gathered")
     _check_ranks(headers)
     if same_run:
         _check_same_run(headers)
@@ -608,4 +618,36 @@ def merge_traces(run: RunTraces | str | Path, out: str | Path, *, gzip_output: b
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_bytes(gzip.compress(data, compresslevel=5) if gzip_output else data)
     os.replace(tmp, out)
+    return out
+
+
+def gather_traces(node_dirs: Sequence[str | Path], dest: str | Path) -> list[Path]:
+    """Copy the trace files of several nodes' folders into one folder, as you would bring
+    them together from node-local disks; returns the copies. Two nodes with a file of the
+    same name raise :class:`TraceError` rather than overwrite one with the other."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    copies: dict[str, Path] = {}
+    for node_dir in node_dirs:
+        for path in trace_files(node_dir):
+            if path.name in copies:
+                raise TraceError(path, f"has the same name as {_short(copies[path.name])}; "
+                                       f"name trace files after their rank")
+            copies[path.name] = path
+    out = []
+    for name, path in sorted(copies.items()):
+        target = dest / name
+        shutil.copy2(path, target)
+        out.append(target)
+    return out
+
+
+def shift_ranks(events: pd.DataFrame, ranks: Iterable[int], offset_us: float) -> pd.DataFrame:
+    """A copy of ``events`` with the given ranks' times moved by ``offset_us`` (as if their
+    host's clock were that far ahead); ``rel_us`` is recomputed for the whole run."""
+    out = events.copy()
+    mine = out["rank"].isin(list(ranks))
+    for column in ("start_us", "end_us"):
+        out.loc[mine, column] = out.loc[mine, column] + offset_us
+    out["rel_us"] = out["start_us"] - out["start_us"].min()
     return out

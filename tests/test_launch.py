@@ -163,3 +163,29 @@ def test_a_missing_script_is_named_in_the_error(tmp_path):
 def test_a_bad_experiment_name_is_refused(script, tmp_path):
     with pytest.raises(ValueError, match="experiment"):
         launch(script, 2, experiment="a/b", traces_root=tmp_path)
+
+
+def test_two_nodes_share_one_job_with_global_ranks_and_a_folder_each(script, tmp_path):
+    run = launch(script, 2, nnodes=2, traces_root=tmp_path, echo=False)
+
+    assert run.ok and run.world_size == 4
+    assert sorted(r for ranks in run.nodes.values() for r in ranks) == [0, 1, 2, 3]
+    for node, ranks in run.nodes.items():
+        written = sorted(p.name for p in (run.run_dir / f"node{node}").glob("rank*.json"))
+        assert written == [f"rank{r}.json" for r in ranks]
+        local = {json.loads((run.run_dir / f"node{node}" / f"rank{r}.json").read_text())["LOCAL_RANK"]
+                 for r in ranks}
+        assert local == {"0", "1"}
+    assert set(run.output) == {0, 1, 2, 3}
+
+
+def test_a_node_that_never_joins_ends_in_a_rendezvous_timeout(script, tmp_path):
+    from helpers.launch import RendezvousTimedOut
+
+    start = time.monotonic()
+    with pytest.raises(RendezvousTimedOut, match="1 of 2 nodes joined") as caught:
+        launch(script, 2, nnodes=2, start_nodes=1, rdzv_timeout=5, traces_root=tmp_path,
+               echo=False)
+    assert time.monotonic() - start < 40
+    assert caught.value.record.status == "rendezvous timeout"
+    assert processes_of_run(caught.value.record.run_id) == []

@@ -163,3 +163,13 @@ def test_max_parallel_lanes_counts_lanes_busy_at_once():
                              "end_us": [10.0, 20.0]})
     assert max_parallel_lanes(touching) == 1
     assert max_parallel_lanes(touching.iloc[:0]) == 0
+
+
+def test_clock_offsets_recover_a_shifted_node_from_the_ends_of_collectives(tmp_path):
+    from helpers.analysis import clock_offsets
+    from helpers.traces import shift_ranks
+
+    events = _straggler_events(tmp_path)  # both ranks leave each collective together
+    nodes = {0: [0], 1: [1]}
+    assert clock_offsets(events, nodes) == {0: 0.0, 1: 0.0}
+    assert clock_offsets(shift_ranks(events, [1], 7000.0), nodes)[1] == pytest.approx(7000.0)

@@ -318,3 +318,44 @@ def test_rpc_calls_are_communication_and_their_remote_ops_are_not():
     assert event_kind("rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul", "cpu_op") == "compute"
     assert event_kind("gloo:all_reduce", "user_annotation") == "communication"
     assert event_kind("Optimizer.step#SGD.step", "user_annotation") == "optimizer"
+
+
+def test_gathering_node_folders_finds_every_rank_and_names_a_missing_one(tmp_path):
+    from helpers.traces import gather_traces
+
+    for node, ranks in {0: (0, 1), 1: (2, 3)}.items():
+        folder = tmp_path / f"node{node}"
+        folder.mkdir()
+        for rank in ranks:
+            write(folder / f"rank{rank}_iter3_5.json", kineto(rank, world=4, pid=100 + rank))
+
+    copies = gather_traces([tmp_path / "node0", tmp_path / "node1"], tmp_path / "all")
+    assert len(copies) == 4
+    assert load_run(tmp_path / "all", expect_ranks=range(4)).ranks == [0, 1, 2, 3]
+
+    gather_traces([tmp_path / "node0"], tmp_path / "half")
+    with pytest.raises(TraceError, match="half.*no trace from ranks 2, 3"):
+        load_run(tmp_path / "half", expect_ranks=range(4))
+
+
+def test_gathering_refuses_two_files_of_the_same_name(tmp_path):
+    from helpers.traces import gather_traces
+
+    for node in (0, 1):
+        (tmp_path / f"node{node}").mkdir()
+        write(tmp_path / f"node{node}" / "trace.json", kineto(node))
+    with pytest.raises(TraceError, match="same name"):
+        gather_traces([tmp_path / "node0", tmp_path / "node1"], tmp_path / "all")
+
+
+def test_shifting_ranks_moves_only_their_times(tmp_path):
+    from helpers.traces import shift_ranks
+
+    write(tmp_path / "rank0.json", kineto(0))
+    write(tmp_path / "rank1.json", kineto(1, pid=200))
+    events = load_run(tmp_path).events
+    shifted = shift_ranks(events, [1], 5000.0)
+
+    assert (shifted.loc[shifted["rank"] == 0, "start_us"] == events.loc[events["rank"] == 0, "start_us"]).all()
+    assert (shifted.loc[shifted["rank"] == 1, "end_us"] - events.loc[events["rank"] == 1, "end_us"] == 5000).all()
+    assert shifted["rel_us"].min() == 0
