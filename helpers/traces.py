@@ -169,7 +169,7 @@ def _read_bytes(path: Path) -> bytes:
 def _decode_error(path: Path, err: msgspec.DecodeError) -> TraceError:
     text = str(err)
     if isinstance(err, msgspec.ValidationError):
-        if "traceEvents" in text or "Expected `object`" in text and "$" == text.rsplit(" ", 1)[-1]:
+        if "traceEvents" in text or " - at `$" not in text:  # a problem with the whole document
             return TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace "
                                     "(written by prof.export_chrome_trace or a trace handler?)")
         return TraceError(path, f"an event has an unexpected shape ({text}); the file is damaged")

@@ -1,7 +1,6 @@
 """The launcher: real torchrun runs, their manifests, and every way a run can end."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -4,7 +4,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
@@ -13,7 +12,7 @@ from matplotlib.colors import to_hex
 from helpers.analysis import (busy_ms, collective_waits, find_straggler, step_times, time_per_kind,
                               top_ops, waiting_per_step)
 from helpers.plotting import KIND_COLORS, plot_rank_timeline
-from helpers.traces import load_run, load_trace
+from helpers.traces import load_run
 
 from test_traces import HTA, kineto, write
 
@@ -102,7 +101,6 @@ def _straggler_events(tmp_path, slow_rank: int = 1, delay_us: float = 300.0):
     """Two ranks, three steps; the slow rank reaches each all_reduce ``delay_us`` late."""
     import json
 
-    docs = []
     for rank in (0, 1):
         pid = 100 + rank
         events = []

@@ -4,7 +4,6 @@ import gzip
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
