@@ -369,6 +369,7 @@ def launch(
     nnodes: int = 1,
     start_nodes: int | None = None,
     rdzv_timeout: float = 60.0,
+    netns: Sequence[tuple[str, str]] = (),
     traces_root: str | Path | None = None,
     env: dict[str, str] | None = None,
     torchrun_args: Sequence[str] = (),
@@ -386,6 +387,9 @@ def launch(
     start_nodes: start only this many of the ``nnodes`` agents (to see what happens when a node
         never joins); the run then ends with :class:`RendezvousTimedOut`.
     rdzv_timeout: seconds the agents wait for every node to join.
+    netns: ``(network namespace, address)`` per node, to run each node's agent in a network
+        namespace of its own (Linux, root) so that traffic between nodes crosses a real
+        interface; node 0's address hosts the rendezvous.
     env: extra environment variables for every rank.
     torchrun_args: extra options for torchrun itself.
 
@@ -405,16 +409,27 @@ def launch(
     start_nodes = nnodes if start_nodes is None else start_nodes
     experiment = experiment or script.stem
     run_id, run_dir = new_run_dir(experiment, traces_root)
+    if netns and len(netns) != nnodes:
+        raise ValueError(f"netns: {len(netns)} namespaces given for {nnodes} nodes")
     port = free_port()
+    host = netns[0][1] if netns else "127.0.0.1"
     node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
-    commands = [[
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
-        f"--rdzv-conf=join_timeout={rdzv_timeout:g}",
-        "--redirects=3", f"--log-dir={node_dir / 'logs'}",
-        *torchrun_args, str(script), *map(str, args),
-    ] for node_dir in node_dirs]
+    commands = []
+    for node, node_dir in enumerate(node_dirs):
+        prefix, rdzv_conf, local_addr = [], f"join_timeout={rdzv_timeout:g}", []
+        if netns:
+            namespace, address = netns[node]
+            prefix = ["ip", "netns", "exec", namespace]
+            rdzv_conf += f",is_host={int(node == 0)}"  # node 0's address hosts the rendezvous
+            local_addr = [f"--local-addr={address}"]
+        commands.append([
+            *prefix, sys.executable, "-m", "torch.distributed.run",
+            f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={host}:{port}", f"--rdzv-id={run_id}",
+            f"--rdzv-conf={rdzv_conf}", *local_addr,
+            "--redirects=3", f"--log-dir={node_dir / 'logs'}",
+            *torchrun_args, str(script), *map(str, args),
+        ])
     child_env = dict(os.environ)
     child_env.update({
         "DIST_BACKEND": backend, RUN_MARKER: run_id, "PYTHONUNBUFFERED": "1",
@@ -425,7 +440,8 @@ def launch(
         child_env["OMP_NUM_THREADS"] = "1"
     child_env.update(env or {})
     record = RunRecord(
-        experiment=experiment, run_id=run_id, run_dir=run_dir, command=commands[0][1:],
+        experiment=experiment, run_id=run_id, run_dir=run_dir,
+        command=["python" if part == sys.executable else part for part in commands[0]],
         script=script.name, args=list(map(str, args)), nproc=nproc, nnodes=nnodes,
         world_size=nproc * nnodes, backend=backend, device=device,
         started=_dt.datetime.now().isoformat(timespec="seconds"),

@@ -1,6 +1,7 @@
 """The launcher: real torchrun runs, their manifests, and every way a run can end."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -188,3 +189,54 @@ def test_a_node_that_never_joins_ends_in_a_rendezvous_timeout(script, tmp_path):
     assert time.monotonic() - start < 40
     assert caught.value.record.status == "rendezvous timeout"
     assert processes_of_run(caught.value.record.run_id) == []
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces joined by a veth pair: two hosts with their own addresses.
+    Skips where namespaces cannot be made (not root, no iproute2)."""
+    import secrets
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    tag = secrets.token_hex(3)
+    spaces = [f"pdp{tag}a", f"pdp{tag}b"]
+    addresses = ["10.213.7.1", "10.213.7.2"]
+    steps = [["ip", "netns", "add", spaces[0]], ["ip", "netns", "add", spaces[1]],
+             ["ip", "link", "add", f"v{tag}a", "type", "veth", "peer", "name", f"v{tag}b"]]
+    for end, space, address in zip("ab", spaces, addresses):
+        steps += [["ip", "link", "set", f"v{tag}{end}", "netns", space],
+                  ["ip", "-n", space, "link", "set", f"v{tag}{end}", "name", "pdpveth"],
+                  ["ip", "-n", space, "addr", "add", f"{address}/24", "dev", "pdpveth"],
+                  ["ip", "-n", space, "link", "set", "pdpveth", "up"],
+                  ["ip", "-n", space, "link", "set", "lo", "up"]]
+    try:
+        for step in steps:
+            result = subprocess.run(step, capture_output=True, text=True)
+            if result.returncode != 0:
+                pytest.skip(f"cannot make network namespaces here: {' '.join(step)}: "
+                            f"{result.stderr.strip()}")
+        yield list(zip(spaces, addresses))
+    finally:
+        for space in spaces:
+            subprocess.run(["ip", "netns", "del", space], capture_output=True)
+
+
+def interface_bytes(space: str) -> int:
+    stats = "/sys/class/net/pdpveth/statistics/tx_bytes"
+    out = subprocess.run(["ip", "netns", "exec", space, "cat", stats], capture_output=True,
+                         text=True, check=True)
+    return int(out.stdout)
+
+
+def test_two_nodes_in_their_own_network_namespaces_talk_over_an_interface(script, tmp_path,
+                                                                          two_hosts):
+    before = [interface_bytes(space) for space, _ in two_hosts]
+    run = launch(script, 2, nnodes=2, netns=two_hosts, traces_root=tmp_path, echo=False,
+                 env={"GLOO_SOCKET_IFNAME": "pdpveth"}, rdzv_timeout=30, timeout=120)
+
+    assert run.ok and sorted(r for ranks in run.nodes.values() for r in ranks) == [0, 1, 2, 3]
+    sent = [interface_bytes(space) - b for (space, _), b in zip(two_hosts, before)]
+    print(f"bytes sent over the interface by each host: {sent}")
+    assert all(n > 10_000 for n in sent), f"traffic crossed the interface both ways: {sent} bytes"
