@@ -43,6 +43,7 @@ lab: install
 
 # Maintainers: re-execute the notebooks in place so their committed outputs are fresh.
 refresh: install
+	rm -f notebooks/*.py  # the scripts the notebooks write: fresh, so outputs say "Writing"
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== refreshing $$nb"; \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \

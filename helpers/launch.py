@@ -370,6 +370,7 @@ def launch(
     start_nodes: int | None = None,
     rdzv_timeout: float = 60.0,
     netns: Sequence[tuple[str, str]] = (),
+    cpu: bool = False,
     traces_root: str | Path | None = None,
     env: dict[str, str] | None = None,
     torchrun_args: Sequence[str] = (),
@@ -390,6 +391,7 @@ def launch(
     netns: ``(network namespace, address)`` per node, to run each node's agent in a network
         namespace of its own (Linux, root) so that traffic between nodes crosses a real
         interface; node 0's address hosts the rendezvous.
+    cpu: run on the CPU with gloo even where GPUs are visible (hides them from the ranks).
     env: extra environment variables for every rank.
     torchrun_args: extra options for torchrun itself.
 
@@ -401,7 +403,7 @@ def launch(
     if not script.is_file():
         raise FileNotFoundError(f"script {script}: no such file (the working directory is "
                                 f"{Path.cwd().name}/); write it first, e.g. with %%writefile")
-    device, backend, gpus = detect_device()
+    device, backend, gpus = ("cpu", "gloo", 0) if cpu else detect_device()
     if nproc is None:
         nproc = gpus or 2
     if nproc < 1 or nnodes < 1:
@@ -438,6 +440,8 @@ def launch(
     })
     if device == "cpu":
         child_env["OMP_NUM_THREADS"] = "1"
+    if cpu:
+        child_env["CUDA_VISIBLE_DEVICES"] = ""
     child_env.update(env or {})
     record = RunRecord(
         experiment=experiment, run_id=run_id, run_dir=run_dir,
