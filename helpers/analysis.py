@@ -51,9 +51,8 @@ def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.Da
 
     Steps and ``other`` are left out unless named in ``kinds``.
     """
-    ev = events if kinds else events[~events["kind"].isin(["step", "other"])]
-    if kinds:
-        ev = ev[ev["kind"].isin(kinds)]
+    ev = events[events["kind"].isin(kinds)] if kinds else \
+        events[~events["kind"].isin(["step", "other"])]
     rows = {}
     for (rank, kind), group in ev.groupby(["rank", "kind"], observed=True):
         rows.setdefault(rank, {})[kind] = busy_ms(group["start_us"], group["end_us"])

@@ -73,7 +73,7 @@ def plot_rank_timeline(
     """
     if step is not None:
         window = step_window(events, step)
-    shown = [k for k in (kinds or KINDS) if k != "other" or kinds]
+    shown = list(kinds) if kinds else [k for k in KINDS if k != "other"]
     drawable = events[events["kind"].isin(shown)]
     ev = drawable
     if window is not None:
