@@ -596,14 +596,12 @@ def merge_traces(run: RunTraces | str | Path, out: str | Path, *, gzip_output: b
             e["pid"], e["tid"] = rank, lane_ids[key]
             e["ts"] = float(e["ts"]) + base_us - t0_us
             merged.append(e)
-        for (r, p, t), lane in lane_ids.items():
-            if r != rank:
-                continue
-            label = lane_labels.get((r, p, t)) or f"pid {p} tid {t}"
-            merged.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": lane,
-                           "args": {"name": label}})
-            merged.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": lane,
-                           "args": {"sort_index": lane}})
+    for (rank, p, t), lane in lane_ids.items():
+        label = lane_labels.get((rank, p, t)) or f"pid {p} tid {t}"
+        merged.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": lane,
+                       "args": {"name": label}})
+        merged.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": lane,
+                       "args": {"sort_index": lane}})
     for rank in run.ranks:
         merged.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
                        "args": {"name": f"rank {rank}"}})

@@ -358,3 +358,15 @@ def test_shifting_ranks_moves_only_their_times(tmp_path):
     assert (shifted.loc[shifted["rank"] == 0, "start_us"] == events.loc[events["rank"] == 0, "start_us"]).all()
     assert (shifted.loc[shifted["rank"] == 1, "end_us"] - events.loc[events["rank"] == 1, "end_us"] == 5000).all()
     assert shifted["rel_us"].min() == 0
+
+
+def test_merging_two_windows_of_a_rank_names_each_lane_once(tmp_path):
+    write(tmp_path / "rank0_a.json", kineto(0, offset_us=0))
+    write(tmp_path / "rank0_b.json", kineto(0, offset_us=50_000))
+    write(tmp_path / "rank1_a.json", kineto(1, pid=200))
+    merged = merge_traces(load_run(tmp_path), tmp_path / "out" / "merged.json")
+
+    names = [(e["pid"], e["tid"]) for e in json.loads(merged.read_text())["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert len(names) == len(set(names)) == 4  # two threads on each rank
+    assert len(load_trace(merged).events) == len(load_run(tmp_path).events)
