@@ -46,6 +46,15 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _wall_ms(frame: pd.DataFrame, by: list[str], end_column: str = "end_us") -> pd.Series:
+    """Wall time in ms per group of ``frame`` (from ``start_us`` to ``end_column``), overlaps
+    within a group counted once."""
+    if frame.empty:
+        return pd.Series([], dtype=float, index=pd.MultiIndex.from_arrays([[]] * len(by), names=by))
+    return frame.groupby(by, observed=True)[["start_us", end_column]].apply(
+        lambda g: busy_ms(g["start_us"], g[end_column]))
+
+
 def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.DataFrame:
     """Wall time in ms per kind of event per rank (rows: rank, columns: kind).
 
@@ -53,13 +62,10 @@ def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.Da
     """
     ev = events[events["kind"].isin(kinds)] if kinds else \
         events[~events["kind"].isin(["step", "other"])]
-    rows = {}
-    for (rank, kind), group in ev.groupby(["rank", "kind"], observed=True):
-        rows.setdefault(rank, {})[kind] = busy_ms(group["start_us"], group["end_us"])
-    table = pd.DataFrame.from_dict(rows, orient="index").fillna(0.0).sort_index()
-    table.index.name = "rank"
+    table = _wall_ms(ev, ["rank", "kind"]).unstack("kind", fill_value=0.0)
+    table.columns = table.columns.astype(str)
     order = [k for k in events["kind"].cat.categories if k in table.columns]
-    return table[order]
+    return table[order].rename_axis(index="rank", columns=None)
 
 
 def top_ops(events: pd.DataFrame, n: int = 10, kind: str | None = "compute") -> pd.DataFrame:
@@ -84,6 +90,16 @@ COLLECTIVE_NAMES = r"^(?:gloo|nccl|mpi):"
 NCCL_KERNELS = r"^nccl(?:Dev)?Kernel"
 
 
+def _numbered_collectives(events: pd.DataFrame, names: str) -> pd.DataFrame:
+    """The collectives whose name matches ``names``, each numbered (``index``) in the order
+    it started on its rank, so that the i-th one can be matched across ranks."""
+    ev = events[events["name"].astype(str).str.contains(names, regex=True)]
+    ev = ev.sort_values(["rank", "start_us"]).copy()
+    ev["name"] = ev["name"].astype(str)
+    ev["index"] = ev.groupby(["rank", "name"]).cumcount()
+    return ev
+
+
 def collective_waits(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.DataFrame:
     """Split each collective into waiting and moving data, per rank.
 
@@ -95,10 +111,7 @@ def collective_waits(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.
     Returns one row per collective and rank: ``name, index, rank, step, start_us,
     dur_us, transfer_us, wait_us``; collectives missing on some rank are left out.
     """
-    ev = events[events["name"].astype(str).str.contains(names, regex=True)]
-    ev = ev.sort_values(["rank", "start_us"])[["name", "rank", "step", "start_us", "dur_us"]].copy()
-    ev["name"] = ev["name"].astype(str)
-    ev["index"] = ev.groupby(["rank", "name"]).cumcount()
+    ev = _numbered_collectives(events, names)
     ranks = ev["rank"].nunique()
     group = ev.groupby(["name", "index"])
     ev = ev[group["rank"].transform("nunique") == ranks]
@@ -116,12 +129,9 @@ def waiting_per_step(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.
     and step are joined and counted once: wall time, not a sum of durations.
     """
     waits = collective_waits(events, names).dropna(subset=["step"])
-    rows = {}
-    for (step, rank), g in waits.groupby(["step", "rank"]):
-        rows.setdefault(int(step), {})[int(rank)] = busy_ms(g["start_us"], g["start_us"] + g["wait_us"])
-    table = pd.DataFrame.from_dict(rows, orient="index").sort_index().sort_index(axis=1)
-    table.index.name, table.columns.name = "step", "rank"
-    return table.fillna(0.0)
+    waits["wait_end_us"] = waits["start_us"] + waits["wait_us"]
+    table = _wall_ms(waits, ["step", "rank"], "wait_end_us").unstack("rank", fill_value=0.0)
+    return table.rename_axis(index="step", columns="rank")
 
 
 def find_straggler(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> int:
@@ -163,18 +173,12 @@ def clock_offsets(events: pd.DataFrame, nodes: dict[int, list[int]],
     between two nodes' latest ends is the difference of their clocks, up to the time a
     message takes between them. The estimate is the median over all collectives.
     """
-    ev = events[events["name"].astype(str).str.contains(names, regex=True)]
-    ev = ev.sort_values(["rank", "start_us"])[["name", "rank", "end_us"]].copy()
-    ev["name"] = ev["name"].astype(str)
-    ev["index"] = ev.groupby(["rank", "name"]).cumcount()
-    ends = ev.pivot_table(index=["name", "index"], columns="rank", values="end_us")
-    reference, *_ = nodes
-    if not set(nodes[reference]) <= set(ends.columns):
-        raise ValueError(f"node {reference}: no collectives from its ranks {nodes[reference]}")
-    base = ends[nodes[reference]].max(axis=1)
-    offsets = {}
+    ends = _numbered_collectives(events, names).pivot_table(
+        index=["name", "index"], columns="rank", values="end_us")
     for node, ranks in nodes.items():
         if not set(ranks) <= set(ends.columns):
             raise ValueError(f"node {node}: no collectives from its ranks {ranks}")
-        offsets[node] = float((ends[ranks].max(axis=1) - base).dropna().median())
-    return offsets
+    reference, *_ = nodes
+    base = ends[nodes[reference]].max(axis=1)
+    return {node: float((ends[ranks].max(axis=1) - base).dropna().median())
+            for node, ranks in nodes.items()}

@@ -219,21 +219,24 @@ def processes_of_run(run_id: str) -> list[psutil.Process]:
     return found
 
 
-def stop_run_processes(agent: subprocess.Popen, run_id: str, grace: float = 3.0) -> None:
-    """Stop torchrun and every worker of the run: SIGTERM, then SIGKILL after ``grace`` s.
+def stop_run_processes(agents: Sequence[subprocess.Popen], run_id: str,
+                       grace: float = 3.0) -> None:
+    """Stop the torchrun agents and every worker of the run: SIGTERM, then SIGKILL after
+    ``grace`` s.
 
     torchrun starts each worker in a session of its own, so killing torchrun's
     process group is not enough; workers are found by the ``RUN_ID`` marker in
-    their environment as well as by being torchrun's descendants.
+    their environment as well as by being an agent's descendants.
     """
     procs: dict[int, psutil.Process] = {}
-    try:
-        root = psutil.Process(agent.pid)
-        procs[root.pid] = root
-        for child in root.children(recursive=True):
-            procs[child.pid] = child
-    except psutil.Error:
-        pass
+    for agent in agents:
+        try:
+            root = psutil.Process(agent.pid)
+            procs[root.pid] = root
+            for child in root.children(recursive=True):
+                procs[child.pid] = child
+        except psutil.Error:
+            pass
     for proc in processes_of_run(run_id):
         procs[proc.pid] = proc
     for proc in procs.values():
@@ -248,10 +251,11 @@ def stop_run_processes(agent: subprocess.Popen, run_id: str, grace: float = 3.0)
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=grace)
-    try:
-        agent.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
+    for agent in agents:
+        try:
+            agent.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 class RankLogs:
@@ -473,8 +477,7 @@ def launch(
                     print(f"[rank{rank}] {text}", flush=True)
 
     def stop_all(grace: float = 3.0) -> None:
-        for agent in agents:
-            stop_run_processes(agent.process, run_id, grace)
+        stop_run_processes([a.process for a in agents], run_id, grace)
 
     def finish(status: str, exit_codes: dict[int, int | None]) -> None:
         take_rank_lines(final=True)
