@@ -1,8 +1,43 @@
 """Helpers for the Profiling Distributed PyTorch notebooks, one module per job:
 
-- ``launch``: start a script under torchrun and keep a record of the run (``launch``, ``RunRecord``)
-- ``traces``: load, check, gather and merge per-rank profiler traces (``load_run``, ``TraceError``)
-- ``analysis``: step times, time per kind, waiting in collectives, stragglers, clock offsets
-- ``plotting``: per-rank timelines (``plot_rank_timeline``)
+- ``launch``: start a script under torchrun, keep a record of the run, stop it whole
+- ``runs``: the run folder and its manifest (``RunRecord``), paths as a learner sees them
+- ``recorded``: replay runs that ship with the series, for machines that cannot launch
+- ``traces``: load, check, gather and merge per-rank profiler traces
+- ``kinds``: the kinds of trace event (how each is recognised, its colour), defined once
+- ``analysis``: step times, time per kind, waiting in collectives, stragglers, clocks
+- ``plotting``: per-rank timelines
 - ``kineto_noise``: keep the profiler's harmless C++ log lines out of a notebook
+
+Everything a lesson uses is importable from here in one line, for example
+``from helpers import launch, load_run, plot_rank_timeline``.
 """
+
+from .analysis import (COLLECTIVE_NAMES, NCCL_KERNELS, busy_ms, clock_offsets, collective_waits,
+                       find_straggler, max_parallel_lanes, shift_ranks, step_times, time_per_kind,
+                       top_ops, waiting_per_step)
+from .kineto_noise import hide_kineto_noise
+from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind
+from .launch import (Device, LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted,
+                     RunTimedOut, choose_device, launch, processes_of_run)
+from .plotting import plot_rank_timeline, step_window
+from .recorded import RecordingMissing, use_recorded_runs
+from .runs import RunRecord, new_run_dir, show_path
+from .traces import (RunTraces, Trace, TraceError, TraceWarning, gather_traces, load_run,
+                     load_trace, merge_traces)
+
+__all__ = [
+    # launching
+    "launch", "choose_device", "Device", "RunRecord", "new_run_dir", "show_path",
+    "processes_of_run", "use_recorded_runs", "RecordingMissing",
+    "LaunchError", "RankFailed", "RunTimedOut", "RendezvousTimedOut", "RunInterrupted",
+    # traces
+    "load_trace", "load_run", "merge_traces", "gather_traces", "Trace", "RunTraces",
+    "TraceError", "TraceWarning",
+    # kinds, analysis, plots
+    "KINDS", "KIND_NAMES", "KIND_COLORS", "event_kind",
+    "step_times", "time_per_kind", "top_ops", "busy_ms", "collective_waits", "waiting_per_step",
+    "find_straggler", "max_parallel_lanes", "clock_offsets", "shift_ranks",
+    "COLLECTIVE_NAMES", "NCCL_KERNELS", "plot_rank_timeline", "step_window",
+    "hide_kineto_noise",
+]

@@ -7,8 +7,17 @@ in milliseconds. Time "per kind" is wall time: where events of one kind overlap
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 import pandas as pd
+
+from .kinds import KIND_NAMES
+
+__all__ = ["merge_intervals", "busy_ms", "step_times", "time_per_kind", "top_ops",
+           "COLLECTIVE_NAMES", "NCCL_KERNELS", "collective_waits", "waiting_per_step",
+           "find_straggler", "max_parallel_lanes", "clock_offsets", "shift_ranks",
+           "by_rpc_node"]
 
 
 def merge_intervals(starts, ends, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +73,7 @@ def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.Da
         events[~events["kind"].isin(["step", "other"])]
     table = _wall_ms(ev, ["rank", "kind"]).unstack("kind", fill_value=0.0)
     table.columns = table.columns.astype(str)
-    order = [k for k in events["kind"].cat.categories if k in table.columns]
+    order = [k for k in KIND_NAMES if k in table.columns]
     return table[order].rename_axis(index="rank", columns=None)
 
 
@@ -182,3 +191,23 @@ def clock_offsets(events: pd.DataFrame, nodes: dict[int, list[int]],
     base = ends[nodes[reference]].max(axis=1)
     return {node: float((ends[ranks].max(axis=1) - base).dropna().median())
             for node, ranks in nodes.items()}
+
+
+def shift_ranks(events: pd.DataFrame, ranks: Iterable[int], offset_us: float) -> pd.DataFrame:
+    """A copy of ``events`` with the given ranks' times moved by ``offset_us`` (as if their
+    host's clock were that far ahead); ``rel_us`` is recomputed for the whole run. Shift by
+    minus an estimate of :func:`clock_offsets` to correct a node's clock."""
+    out = events.copy()
+    mine = out["rank"].isin(list(ranks))
+    for column in ("start_us", "end_us"):
+        out.loc[mine, column] = out.loc[mine, column] + offset_us
+    out["rel_us"] = out["start_us"] - out["start_us"].min()
+    return out
+
+
+def by_rpc_node(events: pd.DataFrame) -> pd.DataFrame:
+    """The events of a legacy-profiler RPC trace with ``rank`` set to the node that ran each
+    one: the caller's own events are node 0's, and the remote events it received sit on
+    lanes named ``node_id:N, thread_id:T``. Draw the result with ``row_label="node"``."""
+    node = events["lane"].astype(str).str.extract(r"node_id:(\d+)")[0]
+    return events.assign(rank=pd.to_numeric(node).fillna(0).astype(np.int32).to_numpy())

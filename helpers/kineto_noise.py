@@ -17,6 +17,8 @@ import threading
 #: Lines that are noise from the profiler's C++ side, not messages for you.
 NOISE = re.compile(r"USDT:|gpuGetDeviceCount failed|cudaGetDeviceCount|CUPTI")
 
+__all__ = ["NOISE", "hide_kineto_noise"]
+
 _installed = False
 
 

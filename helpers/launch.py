@@ -4,54 +4,58 @@ The one call a notebook needs is :func:`launch`::
 
     run = launch("ranks.py", nproc=4, experiment="ranks")
 
-It picks a free rendezvous port, chooses CPU + gloo or GPU + nccl, gives the run
-its own folder ``traces/<experiment>/<run-id>/`` with a manifest ``run.json``,
-prints each rank's output live with a ``[rankN]`` prefix, and returns a
-:class:`RunRecord`. A failing rank, a timeout or an interrupted kernel raise an
-error and leave no process of the run behind.
+It picks a free rendezvous port, chooses CPU + gloo or GPUs + nccl (:func:`choose_device`),
+gives the run its own folder ``traces/<experiment>/<run-id>/`` with a manifest ``run.json``,
+prints each rank's output live with a ``[rankN]`` prefix, and returns a :class:`RunRecord`.
+A failing rank, a timeout, an interrupted kernel, or the death of the process that called
+``launch`` end the whole run: no torchrun agent or rank of it survives.
 
-The script learns where to write and which backend to use from environment
-variables that every rank receives:
+The contract between the launcher and a script: every rank receives
 
-``RUN_DIR``       the run's folder (write traces and other files there)
-``DIST_BACKEND``  ``gloo`` on CPU, ``nccl`` on GPUs
-``RUN_ID``        the run's id (also marks every process of the run)
+``RUN_DIR``       the folder to write traces and other files into (the node's folder on a
+                  multi-node run). A script run by hand, without the launcher, uses the
+                  current folder: ``os.environ.get("RUN_DIR", ".")``.
+``DIST_BACKEND``  ``gloo`` or ``nccl``: pass it to ``init_process_group``. With ``nccl``
+                  the rank uses GPU ``LOCAL_RANK``; with ``gloo`` it runs on the CPU
+                  (GPUs are then hidden from it).
+``RUN_ID``        the run's id (it also marks every process of the run).
+
+plus torchrun's own ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import queue
 import re
-import secrets
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import psutil
-
+from . import recorded
+from ._guard import RUN_MARKER, processes_of_run, release_guard, start_guard, stop_run_processes
 from .kineto_noise import NOISE  # harmless profiler lines: kept in the logs, not echoed
+from .runs import LOGS_DIR, RunRecord, _shorten_paths, new_run_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-MANIFEST_NAME = "run.json"
-RUN_MARKER = "RUN_ID"  # environment variable that marks every process of a run
+__all__ = ["launch", "Device", "choose_device", "free_port", "processes_of_run", "LaunchError",
+           "RankFailed", "RunTimedOut", "RendezvousTimedOut", "RunInterrupted"]
+
 LAST_LINES = 20  # lines of a failing rank's output quoted in the error
 
 
+# ----------------------------------------------------------------------------- errors
 
 class LaunchError(RuntimeError):
     """A run did not finish cleanly. ``record`` is its :class:`RunRecord`."""
 
-    def __init__(self, message: str, record: "RunRecord"):
+    def __init__(self, message: str, record: RunRecord):
         super().__init__(message)
         self.record = record
 
@@ -59,7 +63,7 @@ class LaunchError(RuntimeError):
 class RankFailed(LaunchError):
     """A rank exited with a non-zero code; the other ranks were stopped."""
 
-    def __init__(self, message: str, record: "RunRecord", rank: int, exit_code: int,
+    def __init__(self, message: str, record: RunRecord, rank: int, exit_code: int,
                  last_lines: list[str]):
         super().__init__(message, record)
         self.rank = rank
@@ -71,106 +75,59 @@ class RunTimedOut(LaunchError):
     """The run was still going after its timeout and was killed as a whole."""
 
 
+class RendezvousTimedOut(LaunchError):
+    """Not every node joined the rendezvous before its join timeout."""
+
+
 class RunInterrupted(LaunchError):
     """The kernel (or Ctrl-C) interrupted the run; every process was stopped."""
 
 
-@dataclass
-class RunRecord:
-    """What one launch did: where it wrote, how each rank ended, what it printed.
+# ----------------------------------------------------------------------------- device
 
-    ``exit_codes`` maps each global rank to its exit code: -15 means torchrun
-    stopped the rank (SIGTERM) after another one failed; ``None`` means no code was
-    reported (the run was killed on a timeout or an interrupt, or the rank's node
-    was stopped by the launcher after another node failed).
-    ``nodes`` maps each node (torchrun agent) to the global ranks it ran.
-    ``files`` maps paths relative to ``run_dir`` to sizes in bytes.
-    """
+@dataclass(frozen=True)
+class Device:
+    """Where the ranks run: ``kind`` ``cpu`` or ``cuda``, ``backend`` ``gloo`` or ``nccl``,
+    ``gpus`` visible GPUs, and ``reason``: the choice in one sentence."""
 
-    experiment: str
-    run_id: str
-    run_dir: Path
-    command: list[str]
-    script: str
-    args: list[str]
-    nproc: int
-    nnodes: int
-    world_size: int
+    kind: str
     backend: str
-    device: str
-    started: str
-    ended: str | None = None
-    seconds: float | None = None
-    status: str = "running"
-    exit_codes: dict[int, int | None] = field(default_factory=dict)
-    nodes: dict[int, list[int]] = field(default_factory=dict)
-    files: dict[str, int] = field(default_factory=dict)
-    output: dict[int, list[str]] = field(default_factory=dict, repr=False)
+    gpus: int
+    reason: str
 
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def lines(self, rank: int) -> list[str]:
-        """What a rank printed (stdout, then stderr), without blank lines and profiler noise."""
-        return [line for line in self.output.get(rank, []) if line.strip() and not NOISE.search(line)]
-
-    def paths(self, pattern: str = "*") -> list[Path]:
-        """Files in the run folder matching a glob pattern (recursive), sorted."""
-        return sorted(p for p in self.run_dir.rglob(pattern) if p.is_file())
-
-    def relative_dir(self) -> str:
-        """The run folder relative to the repository (what a notebook should show)."""
-        try:
-            return str(self.run_dir.resolve().relative_to(REPO_ROOT))
-        except ValueError:
-            return str(self.run_dir)
-
-    def __repr__(self) -> str:
-        return (f"RunRecord({self.experiment}/{self.run_id}: {self.status}, "
-                f"{self.world_size} ranks, {self.backend}, {len(self.files)} files)")
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["run_dir"] = self.relative_dir()
-        data.pop("output")
-        data["exit_codes"] = {str(k): v for k, v in self.exit_codes.items()}
-        data["nodes"] = {str(k): v for k, v in self.nodes.items()}
-        return data
-
-    def save(self) -> Path:
-        """Write the manifest ``run.json`` (atomically) and return its path."""
-        self.files = _list_files(self.run_dir)
-        path = self.run_dir / MANIFEST_NAME
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2))
-        os.replace(tmp, path)
-        return path
-
-    @classmethod
-    def load(cls, run_dir: str | Path) -> "RunRecord":
-        """Read the manifest of an earlier run from its folder."""
-        run_dir = Path(run_dir)
-        path = run_dir / MANIFEST_NAME
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no run manifest here; is this a run folder "
-                                    f"made by helpers.launch?")
-        data = json.loads(path.read_text())
-        data["run_dir"] = run_dir
-        data["exit_codes"] = {int(k): v for k, v in data["exit_codes"].items()}
-        data["nodes"] = {int(k): v for k, v in data.get("nodes", {}).items()}
-        return cls(**data)
+    def nproc(self, cpu: int = 2) -> int:
+        """Ranks per node: one per GPU on a GPU node, ``cpu`` on the CPU."""
+        return self.gpus if self.kind == "cuda" else cpu
 
 
-def shorten_paths(text: str) -> str:
-    """Write paths inside the repository relative to it (what a learner's screen should show)."""
-    return text.replace(str(REPO_ROOT) + os.sep, "")
+def _visible_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # no torch, or a broken driver: no GPU
+        return 0
 
 
-def _list_files(run_dir: Path) -> dict[str, int]:
-    return {str(p.relative_to(run_dir)): p.stat().st_size
-            for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and p.name not in (MANIFEST_NAME, MANIFEST_NAME + ".tmp")}
+def choose_device(cpu: bool = False, min_gpus: int = 2, gpus: int | None = None) -> Device:
+    """CPU + gloo, or GPUs + nccl (one rank per GPU), and why.
+
+    GPUs are used when at least ``min_gpus`` are visible (2 for a DDP job: each rank needs
+    a GPU of its own, and one rank is not a distributed job); with fewer, the ranks run on
+    the CPU with gloo. ``cpu=True`` forces the CPU; in recorded mode the device is the
+    recordings' (the CPU). ``gpus`` overrides the count (for tests).
+    """
+    if recorded.replaying():
+        return Device("cpu", "gloo", 0, "recorded mode: the runs are replayed from CPU recordings")
+    n = _visible_gpus() if gpus is None else gpus
+    if cpu:
+        return Device("cpu", "gloo", n, "the CPU was asked for (cpu=True)")
+    if n >= min_gpus:
+        return Device("cuda", "nccl", n, f"{n} GPUs visible: one rank per GPU, nccl")
+    if n == 0:
+        return Device("cpu", "gloo", 0, "no GPU visible: ranks on the CPU, gloo")
+    return Device("cpu", "gloo", n, f"{n} GPU visible but {min_gpus} needed (a GPU per rank): "
+                                    f"ranks on the CPU, gloo")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -180,85 +137,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def detect_device() -> tuple[str, str, int]:
-    """``(device, backend, gpu_count)``: ``("cuda", "nccl", n)`` with GPUs, else ``("cpu", "gloo", 0)``."""
-    try:
-        import torch
+# ------------------------------------------------------------ one torchrun agent (a node)
 
-        n = torch.cuda.device_count()
-    except Exception:  # no torch or a broken driver: CPU it is
-        n = 0
-    return ("cuda", "nccl", n) if n > 0 else ("cpu", "gloo", 0)
-
-
-def new_run_dir(experiment: str, traces_root: str | Path | None = None) -> tuple[str, Path]:
-    """Create ``traces/<experiment>/<run-id>/`` (never reusing one) and return ``(run_id, path)``."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", experiment):
-        raise ValueError(f"experiment={experiment!r}: use letters, digits, '-', '_' or '.' "
-                         f"(it becomes a folder name)")
-    root = Path(traces_root) if traces_root is not None else REPO_ROOT / "traces"
-    while True:
-        run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-        run_dir = root / experiment / run_id
-        try:
-            run_dir.mkdir(parents=True, exist_ok=False)
-            return run_id, run_dir
-        except FileExistsError:
-            continue
-
-
-def processes_of_run(run_id: str) -> list[psutil.Process]:
-    """Every live process whose environment carries ``RUN_ID=<run_id>``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get(RUN_MARKER) == run_id:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def stop_run_processes(agents: Sequence[subprocess.Popen], run_id: str,
-                       grace: float = 3.0) -> None:
-    """Stop the torchrun agents and every worker of the run: SIGTERM, then SIGKILL after
-    ``grace`` s.
-
-    torchrun starts each worker in a session of its own, so killing torchrun's
-    process group is not enough; workers are found by the ``RUN_ID`` marker in
-    their environment as well as by being an agent's descendants.
-    """
-    procs: dict[int, psutil.Process] = {}
-    for agent in agents:
-        try:
-            root = psutil.Process(agent.pid)
-            procs[root.pid] = root
-            for child in root.children(recursive=True):
-                procs[child.pid] = child
-        except psutil.Error:
-            pass
-    for proc in processes_of_run(run_id):
-        procs[proc.pid] = proc
-    for proc in procs.values():
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
-    for proc in alive + processes_of_run(run_id):
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
-    for agent in agents:
-        try:
-            agent.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-class RankLogs:
+class _RankLogs:
     """Follow the per-rank log files that torchrun writes with ``--redirects``.
 
     torchrun puts each worker's stdout and stderr in
@@ -300,27 +181,6 @@ class RankLogs:
         return out
 
 
-_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)")
-
-
-def _failed_ranks(agent_lines: Iterable[str]) -> tuple[int | None, dict[int, int]]:
-    """``(root-cause rank, {rank: exit code})`` from torchrun's failure summary.
-
-    torchrun lists every rank that did not exit 0, including those it stopped with
-    SIGTERM (exit code -15) after the first failure, and names the first failure
-    under "Root Cause".
-    """
-    text = "\n".join(agent_lines)
-    codes = {int(r): int(c) for r, c in _FAILURE.findall(text)}
-    _, _, root_part = text.partition("Root Cause")
-    root = _FAILURE.search(root_part)
-    return (int(root.group(1)) if root else None), codes
-
-
-class RendezvousTimedOut(LaunchError):
-    """Not every node joined the rendezvous before its join timeout."""
-
-
 _GLOBAL_RANKS = re.compile(r"global_ranks=\[(\d+)")
 
 
@@ -331,7 +191,7 @@ class _Agent:
                  nnodes: int):
         self.node = node
         self.lines: list[str] = []
-        self.logs = RankLogs(node_dir / "logs", first_rank=0 if nnodes == 1 else None)
+        self.logs = _RankLogs(node_dir / LOGS_DIR, first_rank=0 if nnodes == 1 else None)
         self.queue: queue.Queue[str | None] = queue.Queue()
         self.finished = False
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -344,6 +204,10 @@ class _Agent:
         for line in self.process.stdout:
             self.queue.put(line.rstrip("\n"))
         self.queue.put(None)
+
+    @property
+    def failed(self) -> bool:
+        return self.finished and self.process.returncode != 0
 
     def drain(self) -> None:
         """Take torchrun's new output lines; learn the node's first global rank from them."""
@@ -362,177 +226,248 @@ class _Agent:
                 self.logs.first_rank = int(m.group(1))
 
 
-def launch(
-    script: str | Path,
-    nproc: int | None = None,
-    *,
-    experiment: str | None = None,
-    args: Sequence[str] = (),
-    timeout: float = 300.0,
-    echo: bool = True,
-    nnodes: int = 1,
-    start_nodes: int | None = None,
-    rdzv_timeout: float = 60.0,
-    netns: Sequence[tuple[str, str]] = (),
-    cpu: bool = False,
-    traces_root: str | Path | None = None,
-    env: dict[str, str] | None = None,
-    torchrun_args: Sequence[str] = (),
-) -> RunRecord:
-    """Run ``script`` under ``python -m torch.distributed.run`` and return its :class:`RunRecord`.
+# ------------------------------------------------------------------ the steps of a launch
 
-    nproc: processes (ranks) per node; default one per GPU, or 2 on a CPU machine.
-    experiment: folder under ``traces/`` for this kind of run (default: the script's name).
-    args: command-line arguments for the script.
-    timeout: seconds before the whole run is killed and :class:`RunTimedOut` raised.
-    echo: print each rank's output live, prefixed ``[rankN]``.
-    nnodes: nodes of the job. Each node is a torchrun agent of its own on this machine, meeting
-        the others through torchrun's c10d rendezvous as on a cluster, with its own folder
-        ``node<N>/`` in the run folder (its ``RUN_DIR``), as on node-local disks.
-    start_nodes: start only this many of the ``nnodes`` agents (to see what happens when a node
-        never joins); the run then ends with :class:`RendezvousTimedOut`.
-    rdzv_timeout: seconds the agents wait for every node to join.
-    netns: ``(network namespace, address)`` per node, to run each node's agent in a network
-        namespace of its own (Linux, root) so that traffic between nodes crosses a real
-        interface; node 0's address hosts the rendezvous.
-    cpu: run on the CPU with gloo even where GPUs are visible (hides them from the ranks).
-    env: extra environment variables for every rank.
-    torchrun_args: extra options for torchrun itself.
-
-    Raises :class:`RankFailed` (naming the rank, its exit code and last lines),
-    :class:`RunTimedOut`, :class:`RendezvousTimedOut` or :class:`RunInterrupted`; no
-    process of the run survives any of them. The manifest ``run.json`` is written in every case.
-    """
-    script = Path(script)
-    if not script.is_file():
-        raise FileNotFoundError(f"script {script}: no such file (the working directory is "
-                                f"{Path.cwd().name}/); write it first, e.g. with %%writefile")
-    device, backend, gpus = ("cpu", "gloo", 0) if cpu else detect_device()
-    if nproc is None:
-        nproc = gpus or 2
-    if nproc < 1 or nnodes < 1:
-        raise ValueError(f"nproc={nproc}, nnodes={nnodes}: need at least one of each")
-    start_nodes = nnodes if start_nodes is None else start_nodes
-    experiment = experiment or script.stem
-    run_id, run_dir = new_run_dir(experiment, traces_root)
-    if netns and len(netns) != nnodes:
-        raise ValueError(f"netns: {len(netns)} namespaces given for {nnodes} nodes")
-    port = free_port()
+def _agent_commands(script: Path, args: Sequence[str], nproc: int, nnodes: int, run_id: str,
+                    node_dirs: Sequence[Path], rdzv_timeout: float,
+                    netns: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """The torchrun command of each node. With ``netns`` each node's agent runs in its
+    network namespace, and node 0's address hosts the rendezvous."""
     host = netns[0][1] if netns else "127.0.0.1"
-    node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
+    endpoint = f"{host}:{free_port()}"
     commands = []
     for node, node_dir in enumerate(node_dirs):
         prefix, rdzv_conf, local_addr = [], f"join_timeout={rdzv_timeout:g}", []
         if netns:
             namespace, address = netns[node]
             prefix = ["ip", "netns", "exec", namespace]
-            rdzv_conf += f",is_host={int(node == 0)}"  # node 0's address hosts the rendezvous
+            rdzv_conf += f",is_host={int(node == 0)}"
             local_addr = [f"--local-addr={address}"]
         commands.append([
             *prefix, sys.executable, "-m", "torch.distributed.run",
             f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={host}:{port}", f"--rdzv-id={run_id}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
             f"--rdzv-conf={rdzv_conf}", *local_addr,
-            "--redirects=3", f"--log-dir={node_dir / 'logs'}",
-            *torchrun_args, str(script), *map(str, args),
+            "--redirects=3", f"--log-dir={node_dir / LOGS_DIR}",
+            str(script), *map(str, args),
         ])
-    child_env = dict(os.environ)
-    child_env.update({
-        "DIST_BACKEND": backend, RUN_MARKER: run_id, "PYTHONUNBUFFERED": "1",
-        "KINETO_LOG_LEVEL": child_env.get("KINETO_LOG_LEVEL", "5"),
+    return commands
+
+
+def _rank_environment(device: Device, run_id: str, extra: dict[str, str] | None) -> dict[str, str]:
+    """The environment every agent and rank starts with (``RUN_DIR`` is added per node)."""
+    env = dict(os.environ)
+    env.update({
+        "DIST_BACKEND": device.backend, RUN_MARKER: run_id, "PYTHONUNBUFFERED": "1",
+        "KINETO_LOG_LEVEL": env.get("KINETO_LOG_LEVEL", "5"),
         "LOGLEVEL": "INFO",  # torchrun then logs which global ranks each node got
     })
-    if device == "cpu":
-        child_env["OMP_NUM_THREADS"] = "1"
-    if cpu:
-        child_env["CUDA_VISIBLE_DEVICES"] = ""
-    child_env.update(env or {})
+    if device.kind == "cpu":
+        env["OMP_NUM_THREADS"] = "1"  # ranks share the cores: one thread each
+        if device.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # gloo on the CPU: hide the GPUs
+    env.update(extra or {})
+    return env
+
+
+class _Run:
+    """The live part of a launch: the agents, what the ranks print, how the run ends."""
+
+    def __init__(self, record: RunRecord, commands: list[list[str]], env: dict[str, str],
+                 node_dirs: Sequence[Path], echo: bool):
+        self.record, self.echo = record, echo
+        self.rank_lines: dict[int, deque[str]] = {}
+        self.echoed: list[tuple[int, str]] = []
+        self.t0 = time.monotonic()
+        self.agents: list[_Agent] = []
+        for node, (command, node_dir) in enumerate(zip(commands, node_dirs)):
+            node_dir.mkdir(parents=True, exist_ok=True)
+            self.agents.append(_Agent(node, command, {**env, "RUN_DIR": str(node_dir),
+                                                      "NODE_NAME": f"node{node}"},
+                                      node_dir, record.nnodes))
+
+    def take_rank_lines(self, final: bool = False) -> None:
+        """Keep (and echo) what the ranks printed since the last call."""
+        for agent in self.agents:
+            for rank, text in agent.logs.poll(final):
+                text = _shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's prefix
+                self.rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
+                if not NOISE.search(text):
+                    self.echoed.append((rank, text))
+                    if self.echo:
+                        print(f"[rank{rank}] {text}", flush=True)
+
+    def watch(self, timeout: float) -> str:
+        """Follow the run until every agent ends (``ok`` or ``failed``: one failed node
+        ends the watch), the timeout passes (``timeout``) or the kernel is interrupted
+        (``interrupted``). The run's processes are stopped in every case."""
+        outcome = "ok"
+        try:
+            while not all(a.finished for a in self.agents):
+                if time.monotonic() - self.t0 > timeout:
+                    outcome = "timeout"
+                    break
+                time.sleep(0.1)
+                for agent in self.agents:
+                    agent.drain()
+                self.take_rank_lines()
+                if any(a.failed for a in self.agents):
+                    break  # one node failed: stop the others rather than let them hang
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+        stop_run_processes([a.process for a in self.agents], self.record.run_id,
+                           grace=1.0 if outcome == "ok" else 3.0)  # normally finds nothing left
+        for agent in self.agents:
+            agent.drain()
+        if outcome == "ok" and not all(a.finished and not a.failed for a in self.agents):
+            outcome = "failed"
+        return outcome
+
+    def finish(self, status: str, exit_codes: dict[int, int | None]) -> None:
+        """Write the run's end into its record and manifest."""
+        self.take_rank_lines(final=True)
+        record = self.record
+        record.status = status
+        record.exit_codes = exit_codes
+        record.nodes = {a.node: list(range(a.logs.first_rank, a.logs.first_rank + record.nproc))
+                        for a in self.agents if a.logs.first_rank is not None}
+        record.ended = _dt.datetime.now().isoformat(timespec="seconds")
+        record.seconds = round(time.monotonic() - self.t0, 3)
+        record.output = {r: list(d) for r, d in sorted(self.rank_lines.items())}
+        record.save()
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def _failed_ranks(agent_lines: Iterable[str]) -> tuple[int | None, dict[int, int]]:
+    """``(root-cause rank, {rank: exit code})`` from torchrun's failure summary.
+
+    torchrun lists every rank that did not exit 0, including those it stopped with
+    SIGTERM (exit code -15) after the first failure, and names the first failure
+    under "Root Cause".
+    """
+    text = "\n".join(agent_lines)
+    codes = {int(r): int(c) for r, c in _FAILURE.findall(text)}
+    _, _, root_part = text.partition("Root Cause")
+    root = _FAILURE.search(root_part)
+    return (int(root.group(1)) if root else None), codes
+
+
+def _quoted(lines: Sequence[str]) -> str:
+    return "\n".join("    " + line for line in lines) or "    (no output)"
+
+
+def _conclude(run: _Run, outcome: str, timeout: float, rdzv_timeout: float,
+              started_nodes: int) -> LaunchError | None:
+    """Record how the run ended; the error to raise, or None when it went well."""
+    record = run.record
+    unknown = {r: None for r in range(record.world_size)}
+    where = record.relative_dir()
+    if outcome == "ok":
+        run.finish("ok", {r: 0 for r in range(record.world_size)})
+        return None
+    if outcome == "interrupted":
+        run.finish("interrupted", unknown)
+        return RunInterrupted(f"run {where} was interrupted; all its processes were stopped",
+                              record)
+    if outcome == "timeout":
+        run.finish("timeout", unknown)
+        return RunTimedOut(f"run {where} was still going after {timeout:g} s and was killed "
+                           f"with all its processes; raise timeout= if it needs longer", record)
+    agent_lines = [line for a in run.agents for line in a.lines]
+    if any("RendezvousTimeoutError" in line for line in agent_lines):
+        run.finish("rendezvous timeout", unknown)
+        return RendezvousTimedOut(
+            f"the rendezvous timed out after {rdzv_timeout:g} s: {started_nodes} of "
+            f"{record.nnodes} nodes joined. Every node must run torchrun with the same --nnodes, "
+            f"--rdzv-endpoint and --rdzv-id, and reach the endpoint's host and port", record)
+    rank, failed = _failed_ranks(agent_lines)
+    run.finish("failed", {r: failed.get(r) for r in range(record.world_size)})
+    if rank is None:
+        return LaunchError(f"torchrun exited before any rank reported; its last lines:\n"
+                           f"{_quoted(agent_lines[-LAST_LINES:])}", record)
+    last = list(run.rank_lines.get(rank, []))[-LAST_LINES:]
+    return RankFailed(f"rank {rank} exited with code {failed[rank]}; the other ranks were "
+                      f"stopped. Last lines of rank {rank}:\n{_quoted(last)}",
+                      record, rank, failed[rank], last)
+
+
+def _existing_script(script: str | Path) -> Path:
+    script = Path(script)
+    if not script.is_file():
+        raise FileNotFoundError(f"script {script}: no such file (the working directory is "
+                                f"{Path.cwd().name}/); write it first, e.g. with %%writefile")
+    return script
+
+
+def _new_record(script: Path, args: Sequence[str], nproc: int, nnodes: int, device: Device,
+                run_dir: Path, command: list[str], echo: bool) -> RunRecord:
+    """The record of a run that is starting, saved as its manifest (and announced)."""
     record = RunRecord(
-        experiment=experiment, run_id=run_id, run_dir=run_dir,
-        command=["python" if part == sys.executable else part for part in commands[0]],
+        experiment=run_dir.parent.name, run_id=run_dir.name, run_dir=run_dir,
+        command=["python" if part == sys.executable else part for part in command],
         script=script.name, args=list(map(str, args)), nproc=nproc, nnodes=nnodes,
-        world_size=nproc * nnodes, backend=backend, device=device,
-        started=_dt.datetime.now().isoformat(timespec="seconds"),
-    )
+        world_size=nproc * nnodes, backend=device.backend, device=device.kind,
+        started=_dt.datetime.now().isoformat(timespec="seconds"))
     record.save()
     if echo:
         nodes = f" on {nnodes} nodes" if nnodes > 1 else ""
-        print(f"launching {script.name} with {record.world_size} ranks{nodes} ({device}, "
-              f"{backend}) -> {record.relative_dir()}", flush=True)
+        print(f"launching {script.name} with {record.world_size} ranks{nodes} ({device.kind}, "
+              f"{device.backend}) -> {record.relative_dir()}", flush=True)
+    return record
 
-    rank_lines: dict[int, deque[str]] = {}
-    t0 = time.monotonic()
-    agents = []
-    for node, (command, node_dir) in enumerate(zip(commands[:start_nodes], node_dirs)):
-        node_dir.mkdir(parents=True, exist_ok=True)
-        agents.append(_Agent(node, command, {**child_env, "RUN_DIR": str(node_dir),
-                                             "NODE_NAME": f"node{node}"}, node_dir, nnodes))
 
-    def take_rank_lines(final: bool = False) -> None:
-        for agent in agents:
-            for rank, text in agent.logs.poll(final):
-                text = shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's prefix
-                rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
-                if echo and not NOISE.search(text):
-                    print(f"[rank{rank}] {text}", flush=True)
+def launch(script: str | Path, nproc: int | None = None, *, experiment: str | None = None,
+           args: Sequence[str] = (), timeout: float = 300.0, echo: bool = True, nnodes: int = 1,
+           start_nodes: int | None = None, rdzv_timeout: float = 60.0, cpu: bool = False,
+           env: dict[str, str] | None = None, traces_root: str | Path | None = None,
+           netns: Sequence[tuple[str, str]] = ()) -> RunRecord:
+    """Run ``script`` under torchrun (``python -m torch.distributed.run``); return its RunRecord.
 
-    def stop_all(grace: float = 3.0) -> None:
-        stop_run_processes([a.process for a in agents], run_id, grace)
+    nproc: ranks per node (default: one per GPU on a GPU node, else 2). experiment: the folder
+    under ``traces/`` (default: the script's name). args: the script's arguments. timeout:
+    seconds before the whole run is killed (:class:`RunTimedOut`). echo: print each rank's
+    lines live, prefixed ``[rankN]``. nnodes: nodes, each a torchrun agent of its own that
+    meets the others through the c10d rendezvous as on a cluster, with its own folder
+    ``node<N>/`` as its ``RUN_DIR``; start_nodes: start only that many (the run then ends in
+    :class:`RendezvousTimedOut` after ``rdzv_timeout`` s). cpu: CPU and gloo even with GPUs.
+    env: extra environment variables for the ranks. traces_root: instead of ``traces/``.
+    netns: ``(namespace, address)`` per node, each agent in its own network namespace
+    (Linux, root), so that traffic between nodes crosses a real interface.
 
-    def finish(status: str, exit_codes: dict[int, int | None]) -> None:
-        take_rank_lines(final=True)
-        record.status = status
-        record.exit_codes = exit_codes
-        record.nodes = {a.node: list(range(a.logs.first_rank, a.logs.first_rank + nproc))
-                        for a in agents if a.logs.first_rank is not None}
-        record.ended = _dt.datetime.now().isoformat(timespec="seconds")
-        record.seconds = round(time.monotonic() - t0, 3)
-        record.output = {r: list(d) for r, d in sorted(rank_lines.items())}
-        record.save()
-
-    unknown = {r: None for r in range(record.world_size)}
+    Raises :class:`RankFailed` (naming the rank, its exit code and last lines),
+    :class:`RunTimedOut`, :class:`RendezvousTimedOut` or :class:`RunInterrupted`: no process
+    of the run survives them, nor the death of the calling process. ``run.json`` is written
+    in every case. In recorded mode the matching recorded run is replayed instead.
+    """
+    script = _existing_script(script)
+    start_nodes = nnodes if start_nodes is None else start_nodes
+    if recorded.replaying():
+        return recorded.replay(script, nproc or 2, experiment or script.stem, args, nnodes,
+                               start_nodes, echo, traces_root)
+    device = choose_device(cpu=cpu)
+    nproc = nproc or device.nproc()
+    if nproc < 1 or nnodes < 1 or (netns and len(netns) != nnodes):
+        raise ValueError(f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces: need at "
+                         f"least one rank and one node, and a namespace per node if any")
+    run_id, run_dir = new_run_dir(experiment or script.stem, traces_root)
+    node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
+    commands = _agent_commands(script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout,
+                               netns)
+    record = _new_record(script, args, nproc, nnodes, device, run_dir, commands[0], echo)
+    guard, guard_pipe = start_guard(run_dir, run_id)
     try:
-        while not all(a.finished for a in agents):
-            if time.monotonic() - t0 > timeout:
-                stop_all()
-                finish("timeout", unknown)
-                raise RunTimedOut(f"run {record.relative_dir()} was still going after "
-                                  f"{timeout:g} s and was killed with all its processes; "
-                                  f"raise timeout= if it needs longer", record)
-            time.sleep(0.1)
-            for agent in agents:
-                agent.drain()
-            take_rank_lines()
-            if any(a.finished and a.process.returncode != 0 for a in agents):
-                break  # one node failed: stop the others rather than let them hang
-    except KeyboardInterrupt:
-        stop_all()
-        finish("interrupted", unknown)
-        raise RunInterrupted(f"run {record.relative_dir()} was interrupted; all its "
-                             f"processes were stopped", record) from None
-
-    stop_all(grace=1.0)  # normally finds nothing left
-    for agent in agents:
-        agent.drain()
-    if all(a.finished and a.process.returncode == 0 for a in agents):
-        finish("ok", {r: 0 for r in range(record.world_size)})
-        return record
-
-    agent_lines = [line for a in agents for line in a.lines]
-    if any("RendezvousTimeoutError" in line for line in agent_lines):
-        finish("rendezvous timeout", unknown)
-        raise RendezvousTimedOut(
-            f"the rendezvous timed out after {rdzv_timeout:g} s: {start_nodes} of {nnodes} nodes "
-            f"joined. Every node must run torchrun with the same --nnodes, --rdzv-endpoint "
-            f"and --rdzv-id, and reach the endpoint's host and port", record)
-    rank, failed = _failed_ranks(agent_lines)
-    finish("failed", {r: failed.get(r) for r in range(record.world_size)})
-    if rank is None:
-        tail = "\n".join("    " + line for line in agent_lines[-LAST_LINES:])
-        raise LaunchError(f"torchrun exited before any rank reported; its last lines:\n{tail}",
-                          record)
-    code = failed[rank]
-    last = list(rank_lines.get(rank, []))[-LAST_LINES:]
-    shown = "\n".join("    " + line for line in last) or "    (no output)"
-    raise RankFailed(f"rank {rank} exited with code {code}; the other ranks were stopped. "
-                     f"Last lines of rank {rank}:\n{shown}", record, rank, code, last)
+        run = _Run(record, commands[:start_nodes], _rank_environment(device, run_id, env),
+                   node_dirs, echo)
+        error = _conclude(run, run.watch(timeout), timeout, rdzv_timeout, start_nodes)
+    except BaseException:
+        stop_run_processes([], run_id)
+        raise
+    finally:
+        release_guard(guard, guard_pipe)
+    if recorded.recording():
+        recorded.save_recording(record, run.echoed, error, start_nodes)
+    if error is not None:
+        raise error
+    return record

@@ -1,9 +1,10 @@
 """Per-rank timelines of trace events with matplotlib.
 
-:func:`plot_rank_timeline` draws one row per rank (optionally one lane per thread
-or GPU stream inside each rank), bars coloured by kind, on a shared time axis in
-milliseconds. Bars are drawn as one collection per kind, so a million events
-draw in seconds.
+:func:`plot_rank_timeline` draws one row per rank (optionally one lane per thread or GPU
+stream inside each rank, and ranks grouped by node), bars coloured by kind (the colours of
+:mod:`helpers.kinds`), on a shared time axis in milliseconds. Bars are drawn as one
+collection per kind, and bars closer than a pixel are joined, so a million events draw
+in about a second.
 """
 
 from __future__ import annotations
@@ -11,34 +12,21 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.collections import PolyCollection
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from .analysis import merge_intervals
-from .traces import KINDS
+from .kinds import KIND_COLORS, KIND_NAMES, KINDS
 
-#: Colour of each kind of event.
-KIND_COLORS = {
-    "step": "#bdbdbd",
-    "compute": "#4c72b0",
-    "communication": "#dd5555",
-    "optimizer": "#55a868",
-    "data loading": "#8172b2",
-    "annotation": "#ccb974",
-    "gpu kernel": "#2a9d8f",
-    "gpu memory": "#64b5cd",
-    "cuda runtime": "#937860",
-    "python": "#da8bc3",
-    "other": "#8c8c8c",
-}
+__all__ = ["plot_rank_timeline", "step_window"]
 
-
-#: Back to front: containers (steps, annotations) behind, communication always on top.
-DRAW_ORDER = ["step", "annotation", "compute", "python", "cuda runtime", "optimizer",
-              "data loading", "gpu kernel", "gpu memory", "other", "communication"]
 #: Bars closer than this fraction of the time axis are drawn as one (below a pixel).
 MERGE_FRACTION = 1 / 4000
+#: In a row that is not split into lanes, communication fills the lower part of the row
+#: (this fraction), so the compute it overlaps on other threads stays visible above it.
+COLLAPSED_COMMUNICATION = 0.4
+_LAYER = {k.name: k.layer for k in KINDS}
 
 
 def step_window(events: pd.DataFrame, step: int) -> tuple[float, float]:
@@ -51,100 +39,126 @@ def step_window(events: pd.DataFrame, step: int) -> tuple[float, float]:
     return rows["rel_us"].min() / 1e3, (rows["rel_us"] + rows["dur_us"]).max() / 1e3
 
 
-def plot_rank_timeline(
-    events: pd.DataFrame,
-    *,
-    window: tuple[float, float] | None = None,
-    step: int | None = None,
-    lanes: bool = False,
-    kinds: list[str] | None = None,
-    ax: plt.Axes | None = None,
-    title: str | None = None,
-    row_label: str = "rank",
-) -> Figure:
+def _rows(events: pd.DataFrame, drawable: pd.DataFrame, lanes: bool,
+          nodes: dict[int, list[int]] | None, row_label: str):
+    """The y position of each (rank, lane) row, the tick labels, the total height, and
+    where one node's rows end and the next begin."""
+    node_of = {r: n for n, ranks in (nodes or {}).items() for r in ranks}
+    ranks = sorted(events["rank"].unique(), key=lambda r: (node_of.get(r, 0), r))
+    rows: dict[tuple, float] = {}
+    ticks, labels, node_breaks, y = [], [], [], 0.0
+    for i, rank in enumerate(ranks):
+        if i and nodes and node_of.get(rank) != node_of.get(ranks[i - 1]):
+            node_breaks.append(y - 0.15)
+            y += 0.4  # a wider gap between nodes
+        prefix = f"node {node_of[rank]} · " if rank in node_of else ""
+        rank_lanes = (sorted(drawable.loc[drawable["rank"] == rank, "lane"].astype(str).unique())
+                      if lanes else [None])
+        for lane in rank_lanes or [None]:
+            rows[(rank, lane)] = y
+            ticks.append(y + 0.4)
+            labels.append(f"{prefix}{row_label} {rank}" + (f" · {lane}" if lane else ""))
+            y += 1.0
+        y += 0.3  # gap between ranks
+    return rows, ticks, labels, y, node_breaks
+
+
+def _merged_bars(x0: np.ndarray, x1: np.ndarray, group: np.ndarray, gap: float):
+    """Join the bars of each group that overlap or lie less than ``gap`` apart (all groups
+    at once: each group is moved far along the axis from the others, merged, moved back)."""
+    span = float(x1.max() - x0.min()) + 2 * abs(gap) + 1.0
+    shift = group * span
+    s0, s1 = merge_intervals(x0 + shift, x1 + shift, gap)
+    g = np.floor((s0 - x0.min() + abs(gap)) / span).astype(np.int64)
+    return s0 - g * span, s1 - g * span, g
+
+
+def _row_index(ev: pd.DataFrame, rows: dict, lanes: bool) -> np.ndarray:
+    """The position in ``rows`` of each event's (rank, lane) row."""
+    if not lanes:
+        return pd.Index([rank for rank, _ in rows]).get_indexer(ev["rank"].to_numpy())
+    lane = pd.Categorical(ev["lane"].astype(str)) if ev["lane"].dtype != "category" \
+        else ev["lane"].array
+    lane_code = {name: i for i, name in enumerate(lane.categories.astype(str))}
+    width = len(lane_code) + 1
+    keys = pd.Index([int(rank) * width + lane_code.get(name, width - 1) for rank, name in rows])
+    codes = ev["rank"].to_numpy().astype(np.int64) * width + lane.codes
+    return keys.get_indexer(codes)
+
+
+def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span: float) -> None:
+    """One PolyCollection per kind, in drawing order (back to front)."""
+    row = _row_index(ev, rows, lanes)
+    row_y = np.array(list(rows.values()))
+    x0 = ev["rel_us"].to_numpy() / 1e3
+    x1 = x0 + ev["dur_us"].to_numpy() / 1e3
+    kind = pd.Categorical(ev["kind"], categories=KIND_NAMES).codes
+    for k in sorted(shown, key=_LAYER.get):
+        mine = kind == KIND_NAMES.index(k)
+        if not mine.any():
+            continue
+        # steps stay separate even where they touch; other bars merge below a pixel
+        s0, s1, r = _merged_bars(x0[mine], x1[mine], row[mine],
+                                 -1e-9 if k == "step" else span * MERGE_FRACTION)
+        base = row_y[r]
+        if k == "step":  # a thin band at the top of the row, with a gap between steps
+            b0, b1 = base - 0.14, base - 0.03
+        elif k == "communication" and not lanes:
+            b0, b1 = base + 0.8 * (1 - COLLAPSED_COMMUNICATION), base + 0.8
+        else:
+            b0, b1 = base, base + 0.8
+        verts = np.empty((len(s0), 4, 2))
+        verts[:, 0, 0] = verts[:, 1, 0] = s0
+        verts[:, 2, 0] = verts[:, 3, 0] = s1
+        verts[:, 0, 1] = verts[:, 3, 1] = b0
+        verts[:, 1, 1] = verts[:, 2, 1] = b1
+        edge = "white" if k == "step" else "none"
+        ax.add_collection(PolyCollection(verts, facecolors=KIND_COLORS[k], edgecolors=edge,
+                                         linewidths=0.8 if k == "step" else 0, label=k))
+
+
+def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | None = None,
+                       step: int | None = None, lanes: bool = False,
+                       kinds: list[str] | None = None, nodes: dict[int, list[int]] | None = None,
+                       ax: plt.Axes | None = None, title: str | None = None,
+                       row_label: str = "rank") -> Figure:
     """Draw the events of every rank on one time axis and return the figure.
 
     events: a DataFrame from ``load_run(...).events`` (needs rank, lane, kind, rel_us, dur_us).
     window: ``(start_ms, end_ms)`` on the run's axis to zoom into.
     step: zoom to ``ProfilerStep#<step>`` (across all ranks) instead.
-    lanes: one lane per thread / GPU stream inside each rank's row.
-    kinds: only these kinds (default: all but ``other``); ``step`` bars are drawn thin on top.
-    row_label: what a row is called on the y axis (``rank``, ``worker``, ``node``).
+    lanes: one lane per thread / GPU stream inside each rank's row. Without lanes, a rank's
+        threads share one row and communication fills its lower part, so the compute that
+        runs at the same time on another thread stays visible.
+    kinds: only these kinds (default: all but ``other``). Steps are a thin band at the top
+        of each row, with a white gap where one step ends and the next begins.
+    nodes: ``{node: [ranks]}`` (``RunRecord.nodes``): rows grouped and labelled by node.
+    row_label: what a row is called on the y axis (``rank``, ``worker``, ``process``).
     """
     if step is not None:
         window = step_window(events, step)
-    shown = list(kinds) if kinds else [k for k in KINDS if k != "other"]
+    shown = list(kinds) if kinds else [k for k in KIND_NAMES if k != "other"]
     drawable = events[events["kind"].isin(shown)]
     ev = drawable
     if window is not None:
         lo, hi = window[0] * 1e3, window[1] * 1e3
         ev = ev[(ev["rel_us"] + ev["dur_us"] >= lo) & (ev["rel_us"] <= hi)]
+    rows, ticks, labels, height, node_breaks = _rows(events, drawable, lanes, nodes, row_label)
     if ax is None:
-        ranks_n = max(1, events["rank"].nunique())
-        lanes_n = (drawable.groupby("rank", observed=True)["lane"].nunique().sum()
-                   if lanes else ranks_n)
-        _, ax = plt.subplots(figsize=(11, 1.0 + 0.45 * lanes_n + 0.35 * ranks_n))
-
-    # y positions: one band per rank, split into lanes if asked
-    rows: dict[tuple, float] = {}
-    ticks, labels, y = [], [], 0.0
-    for rank in sorted(events["rank"].unique()):
-        rank_lanes = (sorted(drawable.loc[drawable["rank"] == rank, "lane"].astype(str).unique())
-                      if lanes else [None])
-        top = y
-        for lane in rank_lanes:
-            rows[(rank, lane)] = y
-            if lanes:
-                ticks.append(y + 0.4)
-                labels.append(f"{row_label} {rank} · {lane}")
-            y += 1.0
-        if not lanes:
-            ticks.append(top + 0.4)
-            labels.append(f"{row_label} {rank}")
-        y += 0.3  # gap between ranks
-
+        _, ax = plt.subplots(figsize=(11, 0.9 + 0.42 * height))
     if len(ev):
-        keys = list(zip(ev["rank"].to_numpy(), ev["lane"].astype(str).to_numpy())) if lanes \
-            else [(r, None) for r in ev["rank"].to_numpy()]
-        row_of = {key: i for i, key in enumerate(rows)}
-        row = np.fromiter((row_of[k] for k in keys), dtype=np.int64, count=len(keys))
-        row_y = np.array(list(rows.values()))
-        x0 = ev["rel_us"].to_numpy() / 1e3
-        x1 = x0 + ev["dur_us"].to_numpy() / 1e3
-        span = (window[1] - window[0]) if window is not None else float(x1.max() - x0.min())
-        gap = span * MERGE_FRACTION
-        kind = ev["kind"].astype(str).to_numpy()
-        for k in DRAW_ORDER:
-            if k not in shown:
-                continue
-            mine = kind == k
-            if not mine.any():
-                continue
-            starts, ends, ys = [], [], []
-            for r in np.unique(row[mine]):
-                sel = mine & (row == r)
-                # steps stay separate even where they touch; other bars merge below a pixel
-                s0, s1 = merge_intervals(x0[sel], x1[sel], -1e-9 if k == "step" else gap)
-                starts.append(s0)
-                ends.append(s1)
-                ys.append(np.full(len(s0), row_y[r]))
-            s0, s1, base = np.concatenate(starts), np.concatenate(ends), np.concatenate(ys)
-            if k == "step":  # a thin band at the top of the row marks each step
-                b0, b1 = base - 0.12, base - 0.02
-            else:
-                b0, b1 = base, base + 0.8
-            verts = np.empty((len(s0), 4, 2))
-            verts[:, 0, 0] = verts[:, 1, 0] = s0
-            verts[:, 2, 0] = verts[:, 3, 0] = s1
-            verts[:, 0, 1] = verts[:, 3, 1] = b0
-            verts[:, 1, 1] = verts[:, 2, 1] = b1
-            ax.add_collection(PolyCollection(verts, facecolors=KIND_COLORS[k],
-                                             edgecolors="none", linewidths=0, label=k))
-    present = [k for k in KINDS if k in set(ev["kind"].astype(str))]
+        span = (window[1] - window[0]) if window is not None else \
+            float((ev["rel_us"] + ev["dur_us"]).max() - ev["rel_us"].min()) / 1e3
+        _draw(ax, ev, rows, lanes, shown, span)
+    if node_breaks:
+        ax.add_collection(LineCollection([[(-1e12, b), (1e12, b)] for b in node_breaks],
+                                         colors="black", linewidths=0.8))
+    drawn = set(ev["kind"].unique().astype(str))
+    present = [k for k in KIND_NAMES if k in drawn]
     ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in present],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_yticks(ticks, labels, fontsize=8)
-    ax.set_ylim(y, -0.3)
+    ax.set_ylim(height, -0.3)
     if window is not None:
         ax.set_xlim(*window)
     elif len(ev):

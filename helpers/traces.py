@@ -1,81 +1,52 @@
 """Load profiler traces (Kineto / Chrome JSON, one file per rank) into pandas, check them, merge them.
 
 - :func:`load_trace` reads one file into a :class:`Trace` (header + events DataFrame).
-- :func:`load_run` reads every rank of a run (a folder, a list of files or a
-  ``RunRecord``) into one :class:`RunTraces` with a ``rank`` column and one time axis.
+- :func:`load_run` reads every rank of a run (a folder, a list of files or a ``RunRecord``)
+  into one :class:`RunTraces` with a ``rank`` column and one time axis.
 - :func:`merge_traces` writes all ranks into one Chrome trace for Perfetto.
+- :func:`gather_traces` brings several nodes' trace folders together.
 
-Every problem with a file raises :class:`TraceError`, which names the file and
-says what is wrong. Times are microseconds everywhere: ``start_us``/``end_us``
-are absolute (µs since the Unix epoch), ``rel_us`` is µs since the earliest event
-of the run, so ranks on one host line up.
+Every problem with a file raises :class:`TraceError`, which names the file and says what is
+wrong; a file that loads but not exactly as written (bad bytes replaced, events left out)
+gives a :class:`TraceWarning`. Times are microseconds everywhere: ``start_us``/``end_us``
+are absolute (µs since the Unix epoch), ``rel_us`` is µs since the earliest event of the
+run, so ranks on one host line up.
+
+Big runs: files are decoded in parallel worker processes when there are many large ones,
+a progress line appears on stderr when a load takes more than a couple of seconds, and the
+result is cached next to the traces (``.cache/``), so loading the same unchanged run again
+is a fraction of the first time. ``ranks=`` and ``steps=`` load only part of a run.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
-import re
 import shutil
-import zlib
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Sequence
 
-import numpy as np
 import msgspec
+import numpy as np
 import pandas as pd
 
-GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
-# collectives (gloo:, nccl:, c10d::), NCCL kernels, and RPC calls (not the remote ops they cause)
-COMM_PATTERN = re.compile(r"^(?:nccl|gloo|c10d|mpi)[:_]|^record_param_comms$|nccl(?:Dev)?Kernel"
-                          r"|^ProcessGroup|^rpc_(?:async|sync|remote)#(?!.*#remote_op)", re.IGNORECASE)
-RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+from . import _tracecache
+from ._tracefile import (GPU_CATEGORIES, RANK_IN_NAME, FileColumns, TraceError,
+                         TraceHeader, TraceWarning, read_bytes, read_columns)
+from .kinds import KIND_NAMES, event_kind
+from .runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path
+
+__all__ = ["TraceError", "TraceWarning", "TraceHeader", "Trace", "RunTraces", "load_trace",
+           "load_run", "trace_files", "merge_traces", "gather_traces"]
+
 MERGED_KEY = "mergedRanks"
-
-#: The kinds an event can be, in drawing order (see :func:`event_kind`).
-KINDS = ["step", "compute", "communication", "optimizer", "data loading", "annotation",
-         "gpu kernel", "gpu memory", "cuda runtime", "python", "other"]
-
-
-class TraceError(ValueError):
-    """A trace file (or a set of them) that cannot be used. ``path`` names the file."""
-
-    def __init__(self, path: str | Path | None, problem: str):
-        self.path = None if path is None else Path(path)
-        self.problem = problem
-        where = f"{_short(self.path)}: " if self.path is not None else ""
-        super().__init__(where + problem)
-
-
-def _short(path: Path | None) -> str:
-    if path is None:
-        return "?"
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-@dataclass
-class TraceHeader:
-    """What a trace says about itself (all optional in foreign traces)."""
-
-    path: Path
-    rank: int
-    rank_source: str  # "distributedInfo", "file name", "argument" or "merged file"
-    world_size: int | None = None
-    backend: str | None = None
-    process_groups: list = field(default_factory=list, repr=False)
-    host: str | None = None
-    run_id: str | None = None
-    base_time_ns: int | None = None
-    schema_version: int | None = None
-    pids: list = field(default_factory=list)
-    events: int = 0
-    start_us: float = float("nan")
-    end_us: float = float("nan")
+PROGRESS_AFTER_S = 2.0  # a load that takes longer shows a progress line
+PARALLEL_FROM_BYTES = 64_000_000  # files of at least this much in all are read in parallel
 
 
 @dataclass
@@ -101,427 +72,315 @@ class RunTraces:
         return sorted({h.rank for h in self.headers})
 
 
-# ---------------------------------------------------------------- reading files
+# --------------------------------------------------------- one frame from many files
 
-class _Args(msgspec.Struct):
-    """The few ``args`` of an event that become columns; the rest is skipped while parsing."""
-
-    name: Any = None
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
-    stream: Any = None
-
-
-class _Event(msgspec.Struct):
-    ph: Any = None
-    name: Any = ""
-    cat: Any = ""
-    pid: Any = ""
-    tid: Any = ""
-    ts: Any = None
-    dur: Any = 0
-    args: Optional[_Args] = None
+def _fill(parts: Sequence[FileColumns], values, n: int, dtype, order) -> np.ndarray:
+    """One array of ``n`` from a per-file array (``values(part)``), in ``order`` if given."""
+    out = np.empty(n, dtype=dtype)
+    pos = 0
+    for part in parts:
+        chunk = values(part)
+        out[pos:pos + len(chunk)] = chunk
+        pos += len(chunk)
+    return out if order is None else out[order]
 
 
-class _Doc(msgspec.Struct):
-    """The parts of a trace file the loader reads (decoded straight into these types, which
-    is many times faster and smaller than building a dict per event)."""
-
-    traceEvents: list[_Event]
-    distributedInfo: Any = None
-    baseTimeNanoseconds: Any = None
-    schemaVersion: Any = None
-    host_name: Any = None
-    run_id: Any = None
-    mergedRanks: Any = None
-    world_size: Any = None
-    backend: Any = None
+def _codes(parts: Sequence[FileColumns], column: str, n: int, order) -> tuple[np.ndarray, list]:
+    """Codes into one list of distinct values for a text column of every file."""
+    index: dict = {}
+    luts = []
+    for part in parts:
+        _, values = part.text[column]
+        luts.append(np.array([index.setdefault(v, len(index)) for v in values] + [-1], np.int32))
+    codes = _fill(range(len(parts)), lambda i: luts[i][parts[i].text[column][0]], n, np.int32,
+                  order)
+    return codes, list(index)
 
 
-_DOC = msgspec.json.Decoder(_Doc)
-_NO_ARGS = _Args()
-_BARE = msgspec.json.Decoder(list[_Event])
+def _categorical(codes: np.ndarray, values: list) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, categories=pd.Index(values, dtype="str"))
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The (decompressed) bytes of a .json or .json.gz file, or a TraceError saying why not."""
-    if not path.exists():
-        raise TraceError(path, "no such file")
-    if path.is_dir():
-        raise TraceError(path, "is a folder; use load_run() for a folder of traces")
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except EOFError:
-            raise TraceError(path, "the gzip stream ends early: the file is truncated "
-                                   "(was the rank killed while writing it?)") from None
-        except (OSError, zlib.error) as e:
-            raise TraceError(path, f"broken gzip data ({e}); re-copy or re-record the file") from None
-    elif path.name.endswith(".gz"):
-        raise TraceError(path, "named .gz but is not gzip data; rename it or re-compress it")
-    if not data or data.isspace():
-        raise TraceError(path, "the file is empty (the profiler never wrote it, or the rank died "
-                               "before exporting); re-run that rank")
-    return data
+def _kinds(name: tuple[np.ndarray, list], cat: tuple[np.ndarray, list]) -> pd.Categorical:
+    """The kind of every event, classifying each distinct (name, category) pair once."""
+    width = len(cat[1]) + 1  # code -1 (no category) becomes 0
+    inverse, pairs = pd.factorize(name[0].astype(np.int64) * width + cat[0] + 1)
+    names, cats = name[1] + [""], [""] + cat[1]
+    lookup = np.array([KIND_NAMES.index(event_kind(names[p // width], cats[p % width]))
+                       for p in pairs], dtype=np.int8)
+    return pd.Categorical.from_codes(lookup[inverse], categories=KIND_NAMES)
 
 
-def _decode_error(path: Path, err: msgspec.DecodeError) -> TraceError:
-    text = str(err)
-    if isinstance(err, msgspec.ValidationError):
-        if "traceEvents" in text or " - at `$" not in text:  # a problem with the whole document
-            return TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace "
-                                    "(written by prof.export_chrome_trace or a trace handler?)")
-        return TraceError(path, f"an event has an unexpected shape ({text}); the file is damaged")
-    if "truncated" in text:
-        return TraceError(path, "the JSON stops before it is complete: the file is truncated "
-                                "(was the rank killed while writing it?); re-run, or drop this "
-                                "file and load the others with strict=False")
-    return TraceError(path, f"not valid JSON ({text}); is this a profiler trace?")
-
-
-def _read_doc(path: Path) -> _Doc:
-    """Parse a trace file into :class:`_Doc`, turning every failure into a TraceError."""
-    data = _read_bytes(path)
-    try:
-        if data.lstrip()[:1] == b"[":  # the bare-array form of the Chrome trace format
-            return _Doc(traceEvents=_BARE.decode(data))
-        return _DOC.decode(data)
-    except msgspec.DecodeError as err:
-        raise _decode_error(path, err) from None
-
-
-def _read_json(path: Path) -> dict:
-    """Parse a trace file into plain Python objects, every field kept (for merging)."""
-    data = _read_bytes(path)
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as err:
-        raise _decode_error(path, err) from None
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace")
-    return doc
-
-
-# ------------------------------------------------------------------- the header
-
-def _rank_of(doc: _Doc, path: Path, rank: int | None) -> tuple[int, str]:
-    if rank is not None:
-        return int(rank), "argument"
-    info = doc.distributedInfo
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"], "distributedInfo"
-    m = RANK_IN_NAME.search(path.name)
-    if m:
-        return int(m.group(1)), "file name"
-    raise TraceError(path, "cannot tell which rank wrote it: no 'distributedInfo' in the trace "
-                           "and no 'rank<N>' in the file name. Pass it: "
-                           "load_trace(path, rank=N), or load_run({rank: path, ...})")
-
-
-def _header(doc: _Doc, path: Path, rank: int | None) -> TraceHeader:
-    rank, source = _rank_of(doc, path, rank)
-    info = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
-    base = doc.baseTimeNanoseconds
-    return TraceHeader(
-        path=path, rank=rank, rank_source=source,
-        world_size=info.get("world_size"), backend=info.get("backend"),
-        process_groups=info.get("pg_config") or [],
-        host=doc.host_name, run_id=doc.run_id,
-        base_time_ns=int(base) if isinstance(base, (int, float)) else None,
-        schema_version=doc.schemaVersion,
-    )
-
-
-# ------------------------------------------------------------------- the events
-
-def event_kind(name: str, cat: str) -> str:
-    """The kind of one event, for colours and summaries (one of :data:`KINDS`)."""
-    return _kinds(pd.Series([name]), pd.Series([cat]))[0]
-
-
-def _kinds(names: pd.Series, cats: pd.Series) -> np.ndarray:
-    """Vectorised :func:`event_kind`: rules from the most to the least specific."""
-    names = names.astype(str)
-    cats = cats.astype(str).str.lower()
-    kind = np.full(len(names), "other", dtype=object)
-    rules = [  # later rules win
-        (cats.isin(["cpu_op", "operator"]), "compute"),
-        (cats.eq("python_function"), "python"),
-        (cats.isin(["cuda_runtime", "cuda_driver"]), "cuda runtime"),
-        (cats.isin(["user_annotation", "gpu_user_annotation"]), "annotation"),
-        (cats.eq("kernel"), "gpu kernel"),
-        (cats.isin(["gpu_memcpy", "gpu_memset"]), "gpu memory"),
-        (names.str.startswith("Optimizer."), "optimizer"),
-        (names.str.contains(r"DataLoader|^dataloader", regex=True), "data loading"),
-        (names.str.contains(COMM_PATTERN), "communication"),
-        (names.str.match(r"ProfilerStep#\d+$"), "step"),
-    ]
-    for mask, value in rules:
-        kind[np.asarray(mask, dtype=bool)] = value
-    return kind
-
-
-@dataclass
-class _Columns:
-    """The complete events of one file as plain lists and arrays (pandas comes once per run)."""
-
-    rank: int | np.ndarray
-    name: list
-    cat: list
-    pid: list
-    tid: list
-    start: np.ndarray  # absolute µs
-    dur: np.ndarray
-    collective: list
-    shapes: list
-    stream: list
-    thread_names: dict
-    skipped: int = 0
-    merged: bool = False
-
-
-def _extract(doc: _Doc, path: Path, rank: int, strict: bool) -> _Columns:
-    """Pull the complete ('X') events of one parsed trace into columns; times in absolute µs."""
-    raw = doc.traceEvents
-    xs = [e for e in raw if e.ph == "X"]
-    thread_names = {(str(e.pid), str(e.tid)): str(e.args.name) for e in raw
-                    if e.ph == "M" and e.name == "thread_name" and e.args is not None
-                    and e.args.name is not None}
-    ts = [e.ts for e in xs]
-    skipped = 0
-    if None in ts:
-        bad = [i for i, t in enumerate(ts) if t is None]
-        if strict:
-            raise TraceError(path, f"{len(bad)} complete events have no start time 'ts' (the "
-                                   f"first is {xs[bad[0]].name!r}); the file is damaged. "
-                                   f"Load with strict=False to skip them")
-        dropped = set(bad)
-        xs = [e for i, e in enumerate(xs) if i not in dropped]
-        ts = [t for i, t in enumerate(ts) if i not in dropped]
-        skipped = len(bad)
-    args = [e.args or _NO_ARGS for e in xs]
-    base_us = (doc.baseTimeNanoseconds or 0) / 1000.0
-    try:
-        start = np.asarray(ts, dtype=np.float64) + base_us
-        dur = np.asarray([e.dur for e in xs], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TraceError(path, "an event has a start time or duration that is not a number; "
-                               "the file is damaged") from None
-    return _Columns(
-        rank=rank,
-        name=[e.name for e in xs], cat=[e.cat for e in xs],
-        pid=[e.pid for e in xs], tid=[e.tid for e in xs],
-        start=start, dur=dur,
-        collective=[a.collective for a in args],
-        shapes=[bytes(a.dims).translate(None, b" \t\r\n").decode() if a.dims else None
-                for a in args],
-        stream=[a.stream for a in args],
-        thread_names=thread_names, skipped=skipped, merged=bool(doc.mergedRanks),
-    )
-
-
-def _frame(parts: Sequence[_Columns]) -> pd.DataFrame:
-    """One DataFrame for the columns of several files, sorted by start time."""
-    def join(attr: str) -> list:
-        return [v for part in parts for v in getattr(part, attr)]
-
-    n = sum(len(p.name) for p in parts)
-    rank = np.concatenate([np.full(len(p.name), p.rank, dtype=np.int32)
-                           if np.isscalar(p.rank) else np.asarray(p.rank, dtype=np.int32)
-                           for p in parts]) if parts else np.empty(0, np.int32)
-    name = pd.Categorical(join("name"))
-    cat = pd.Categorical(join("cat"))
-    pid = pd.Categorical([str(v) for v in join("pid")])
-    tid = pd.Categorical([str(v) for v in join("tid")])
-    start = np.concatenate([p.start for p in parts])
-    dur = np.concatenate([p.dur for p in parts])
-    # kinds depend on name and category together: classify each distinct pair once
-    ncat = len(cat.categories) + 1
-    pair = name.codes.astype(np.int64) * ncat + cat.codes.astype(np.int64)
-    uniq, first = np.unique(pair, return_index=True)
-    uniq_kind = _kinds(pd.Series(name[first]), pd.Series(cat[first]))
-    kind = pd.Categorical(uniq_kind[np.searchsorted(uniq, pair)], categories=KINDS)
-    frame = pd.DataFrame({
-        "rank": rank, "name": name, "cat": cat, "kind": kind, "pid": pid, "tid": tid,
-        "lane": _lanes(parts, rank, pid, tid, cat),
-        "start_us": start, "dur_us": dur, "end_us": start + dur,
-        "collective": pd.Categorical(join("collective")),
-        "shapes": pd.Categorical(join("shapes")),
-        "stream": pd.array(join("stream"), dtype="Int32"),
-    })
-    frame = frame.sort_values(["start_us", "end_us"], ascending=[True, False], kind="stable",
-                              ignore_index=True)
-    frame["step"] = _steps(frame)
-    frame["rel_us"] = frame["start_us"] - (frame["start_us"].min() if n else 0.0)
-    return frame
-
-
-def _lanes(parts: Sequence[_Columns], rank: np.ndarray, pid: pd.Categorical,
-           tid: pd.Categorical, cat: pd.Categorical) -> pd.Categorical:
+def _lanes(rank: np.ndarray, pid: tuple, tid: tuple, cat: tuple,
+           thread_names: dict, merged: bool) -> pd.Categorical:
     """A readable lane per (rank, pid, tid): the thread's name if the trace gives one,
     ``GPU p stream t`` for GPU events, else ``thread t`` (with the pid when a rank has
     several processes)."""
-    names = {}
-    merged = any(p.merged for p in parts)
-    for part in parts:
-        for key, label in part.thread_names.items():
-            names[(part.rank if np.isscalar(part.rank) else int(key[0]),) + key] = label
-    gpu = np.isin(np.asarray(cat.astype(str)), list(GPU_CATEGORIES))
-    keys = pd.DataFrame({"rank": rank, "pid": pid, "tid": tid, "gpu": gpu})
-    group = keys.groupby(["rank", "pid", "tid", "gpu"], observed=True, sort=False).ngroup()
-    uniq = keys.drop_duplicates()  # first appearances: the same order as ngroup(sort=False)
-    numeric = uniq["pid"].astype(str).str.fullmatch(r"-?\d+").to_numpy()
-    cpu_pids = uniq[~uniq["gpu"].to_numpy() & numeric].groupby("rank")["pid"].nunique()
+    gpu_cat = np.array([c in GPU_CATEGORIES for c in cat[1]] + [False])
+    n_pid, n_tid = len(pid[1]) + 1, len(tid[1]) + 1
+    key = (((rank.astype(np.int64) * n_pid + pid[0] + 1) * n_tid + tid[0] + 1) * 2
+           + gpu_cat[cat[0]])
+    inverse, keys = pd.factorize(key)
+    lanes = pd.DataFrame({"rank": keys // (2 * n_tid * n_pid), "gpu": (keys % 2).astype(bool),
+                          "pid": [pid[1][i] if i >= 0 else "" for i in (keys // (2 * n_tid)) % n_pid - 1],
+                          "tid": [tid[1][i] if i >= 0 else "" for i in (keys // 2) % n_tid - 1]})
+    numeric = lanes["pid"].str.fullmatch(r"-?\d+")
+    cpu_pids = lanes[~lanes["gpu"] & numeric].groupby("rank")["pid"].nunique()
     labels = []
-    for r, p, t, g in zip(uniq["rank"], uniq["pid"].astype(str), uniq["tid"].astype(str),
-                          uniq["gpu"]):
-        named = names.get((r, p, t))
+    for r, p, t, g, num in zip(lanes["rank"], lanes["pid"], lanes["tid"], lanes["gpu"], numeric):
+        named = thread_names.get((r, p, t))
         if merged and named:
             labels.append(named)
         elif g:
             labels.append(f"GPU {p} stream {t}")
         else:
-            many = cpu_pids.get(r, 0) > 1 and re.fullmatch(r"-?\d+", p) is not None
             base = named or f"thread {t}"
-            labels.append(f"{base} (pid {p})" if many else base)
-    return pd.Categorical(np.array(labels, dtype=object)[group.to_numpy()])
+            labels.append(f"{base} (pid {p})" if cpu_pids.get(r, 0) > 1 and num else base)
+    codes, values = pd.factorize(np.array(labels, dtype=object))
+    return _categorical(codes[inverse].astype(np.int32), list(values))
 
 
-def _steps(frame: pd.DataFrame) -> pd.Series:
-    """The ``ProfilerStep#N`` each event starts in, on its own rank (``<NA>`` outside steps)."""
-    values = np.zeros(len(frame), dtype=np.int64)
-    inside = np.zeros(len(frame), dtype=bool)
-    is_step = frame["kind"].to_numpy() == "step"
-    if is_step.any():
-        ranks = frame["rank"].to_numpy()
-        starts_all = frame["start_us"].to_numpy()
-        for rank in np.unique(ranks[is_step]):
-            steps = frame[is_step & (ranks == rank)]
-            numbers = steps["name"].astype(str).str.extract(STEP_NAME)[0].astype(int).to_numpy()
-            starts, ends = steps["start_us"].to_numpy(), steps["end_us"].to_numpy()
-            mine = np.flatnonzero(ranks == rank)
-            pos = np.searchsorted(starts, starts_all[mine], side="right") - 1
-            ok = (pos >= 0) & (starts_all[mine] < ends[np.clip(pos, 0, None)])
-            values[mine] = numbers[np.clip(pos, 0, None)]
-            inside[mine] = ok
-    result = pd.array(values, dtype="Int32")
-    result[~inside] = pd.NA
-    return pd.Series(result, index=frame.index)
+def _frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
+    """One DataFrame for the events of several files, sorted by start (each file arrives
+    sorted, so the merge is cheap); built column by column to keep memory low."""
+    n = sum(len(p.start) for p in parts)
+    start = _fill(parts, lambda p: p.start, n, np.float64, None)
+    order = np.argsort(start, kind="stable") if len(parts) > 1 else None
+    start = start if order is None else start[order]
+    dur = _fill(parts, lambda p: p.dur, n, np.float64, order)
+    rank = _fill(parts, lambda p: p.ranks if p.ranks is not None else
+                 np.full(len(p.start), p.header.rank, np.int32), n, np.int32, order)
+    text = {c: _codes(parts, c, n, order) for c in ("name", "cat", "pid", "tid",
+                                                   "collective", "shapes", "stream")}
+    merged = any(p.ranks is not None for p in parts)
+    thread_names = {(p.header.rank if p.ranks is None else int(pid),) + (pid, tid): label
+                    for p in parts for (pid, tid), label in p.thread_names.items()}
+    step = _fill(parts, lambda p: p.step, n, np.int32, order)
+    kind = _kinds(text["name"], text["cat"])
+    name = _categorical(*text["name"])
+    end = start + dur
+    stream_lut = np.array([-1 if v is None else v for v in text["stream"][1]] + [-1], np.int64)
+    stream = stream_lut[text["stream"][0]]
+    frame = pd.DataFrame({
+        "rank": rank, "name": name, "cat": _categorical(*text["cat"]), "kind": kind,
+        "pid": _categorical(*text["pid"]), "tid": _categorical(*text["tid"]),
+        "lane": _lanes(rank, text["pid"], text["tid"], text["cat"], thread_names, merged),
+        "start_us": start, "dur_us": dur, "end_us": end,
+        "collective": _categorical(*text["collective"]),
+        "shapes": _categorical(*text["shapes"]),
+        "stream": pd.arrays.IntegerArray(stream, stream < 0),
+        "step": pd.arrays.IntegerArray(step, step < 0),
+        "rel_us": start - (start[0] if n else 0.0),
+    }, copy=False)
+    return frame
+
+
+# ---------------------------------------------------------------- reading many files
+
+class _Progress:
+    """``loading traces: k/N files`` on stderr, once a load has taken ``PROGRESS_AFTER_S``."""
+
+    def __init__(self, total: int, show: bool | None):
+        self.total, self.done, self.show = total, 0, show
+        self.t0 = time.monotonic()
+        self.shown = False
+
+    def step(self) -> None:
+        self.done += 1
+        late = time.monotonic() - self.t0 > PROGRESS_AFTER_S
+        if self.show or (self.show is None and late):
+            print(f"\rloading traces: {self.done}/{self.total} files", end="", file=sys.stderr,
+                  flush=True)
+            self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            print(f" in {time.monotonic() - self.t0:.1f} s", file=sys.stderr, flush=True)
+
+
+def _read_or_error(path: Path, rank: int | None, strict: bool, steps, single: bool):
+    try:
+        return read_columns(path, rank, strict, steps, single)
+    except TraceError as err:
+        return err
+
+
+def _default_workers(items: Sequence[tuple[Path, int | None]]) -> int:
+    sizes = [p.stat().st_size if p.is_file() else 0 for p, _ in items]
+    if len(items) < 2 or sum(sizes) < PARALLEL_FROM_BYTES:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, len(items)))
+
+
+def _read_files(items: Sequence[tuple[Path, int | None]], strict: bool, steps,
+                workers: int | None, progress: bool | None) -> list:
+    """Each file's FileColumns (or its TraceError), in the order given; in parallel worker
+    processes when ``workers`` > 1."""
+    jobs = [(path, rank, strict, steps, len(items) == 1) for path, rank in items]
+    workers = _default_workers(items) if workers is None else workers
+    bar = _Progress(len(jobs), progress)
+    try:
+        if workers <= 1:
+            results = []
+            for job in jobs:
+                results.append(_read_or_error(*job))
+                bar.step()
+            return results
+        import multiprocessing
+
+        # fork: workers start at once with everything imported (Linux); elsewhere spawn
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() and \
+            sys.platform.startswith("linux") else "spawn"
+        context = multiprocessing.get_context(method)
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+            futures = [pool.submit(_read_or_error, *job) for job in jobs]
+            for future in futures:
+                future.add_done_callback(lambda _: bar.step())
+            return [future.result() for future in futures]
+    finally:
+        bar.close()
 
 
 # ------------------------------------------------------------------ public API
 
-def _read_one(path: Path, rank: int | None, strict: bool) -> tuple[TraceHeader, _Columns]:
-    doc = _read_doc(path)
-    if doc.mergedRanks:
-        header = TraceHeader(path=path, rank=-1, rank_source="merged file",
-                             world_size=doc.world_size, backend=doc.backend)
-        columns = _extract(doc, path, -1, strict)
-        columns.rank = np.asarray([int(p) for p in columns.pid], dtype=np.int32)
-    else:
-        header = _header(doc, path, rank)
-        columns = _extract(doc, path, header.rank, strict)
-    header.events = len(columns.name)
-    header.pids = sorted({str(p) for p in columns.pid})
-    if len(columns.start):
-        header.start_us = float(columns.start.min())
-        header.end_us = float((columns.start + columns.dur).max())
-    return header, columns
+def _warn_notes(headers: Iterable[TraceHeader]) -> None:
+    for h in headers:
+        if h.notes:
+            warnings.warn(TraceWarning(f"{show_path(h.path)}: " + "; ".join(h.notes)),
+                          stacklevel=3)
 
 
-def load_trace(path: str | Path, rank: int | None = None, *, strict: bool = True) -> Trace:
+def load_trace(path: str | Path, rank: int | None = None, *, strict: bool = True,
+               steps: tuple[int, int] | None = None) -> Trace:
     """Read one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
-    rank: which rank wrote it, when neither ``distributedInfo`` nor the file name says.
-    strict: raise on events without a start time (default) or skip and count them.
+    rank: which rank wrote it, when neither ``distributedInfo`` nor the file name says (a
+        trace that says nothing is taken as rank 0, one process: ``header.rank_source`` is
+        then ``"assumed"``).
+    strict: raise on events without a start time or with a negative duration (default), or
+        leave them out and count them.
+    steps: ``(first, last)``: only the events inside ``ProfilerStep#first`` .. ``#last``.
 
-    The DataFrame has one row per complete event, sorted by start: ``rank, name,
-    cat, kind, pid, tid, lane, start_us, dur_us, end_us, collective, shapes,
-    stream, step, rel_us`` (µs since the trace's first event). A file written by
-    :func:`merge_traces` loads with each event's own rank.
+    The DataFrame has one row per complete event, sorted by start: ``rank, name, cat, kind,
+    pid, tid, lane, start_us, dur_us, end_us, collective, shapes, stream, step, rel_us``
+    (µs since the trace's first event). A file written by :func:`merge_traces` loads with
+    each event's own rank.
     """
-    header, columns = _read_one(Path(path), rank, strict)
-    return Trace(header, _frame([columns]), columns.skipped)
+    part = read_columns(Path(path), rank, strict, steps, single=True)
+    _warn_notes([part.header])
+    return Trace(part.header, _frame([part]), part.skipped)
 
 
 def trace_files(folder: str | Path) -> list[Path]:
     """The trace files under a folder: ``*.json`` and ``*.json.gz``, recursively, sorted;
-    the run manifest ``run.json`` and files under ``logs/`` are left out."""
+    the run manifest, torchrun's logs and the loader's cache are left out."""
     folder = Path(folder)
     if not folder.is_dir():
         raise TraceError(folder, "no such folder")
     files = [p for p in folder.rglob("*") if p.is_file()
              and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
-             and p.name != "run.json" and "logs" not in p.relative_to(folder).parts[:-1]]
+             and p.name != MANIFEST_NAME
+             and not {LOGS_DIR, CACHE_DIR} & set(p.relative_to(folder).parts[:-1])]
     return sorted(files)
 
 
-def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
-             same_run: bool = True, expect_ranks: Iterable[int] | None = None) -> RunTraces:
-    """Load every rank's trace of one run into a :class:`RunTraces`.
-
-    source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``
-        (for traces that do not say their rank).
-    strict: raise :class:`TraceError` on the first bad file (default), or skip bad
-        files and list them in ``.skipped``.
-    ranks: only keep these ranks.
-    same_run: check that the files come from one run (same world size and backend,
-        same ``run_id`` where recorded, ranks active at the same time).
-    expect_ranks: ranks that must be there; a missing one raises :class:`TraceError` naming it.
-
-    ``events`` gets ``rel_us``: µs since the earliest event of the whole run.
-    """
+def _items(source) -> tuple[list[tuple[Path, int | None]], Path | None]:
+    """``(path, rank or None)`` for each file of ``source``, and its folder when it is one."""
     if hasattr(source, "run_dir"):  # a RunRecord
         source = source.run_dir
     if isinstance(source, dict):
-        items = [(Path(p), r) for r, p in source.items()]
-    elif isinstance(source, (str, os.PathLike)):
+        return [(Path(p), r) for r, p in source.items()], None
+    if isinstance(source, (str, os.PathLike)):
         items = [(p, None) for p in trace_files(source)]
         if not items:
             raise TraceError(source, "no trace files (*.json, *.json.gz) in this folder; did the "
                                      "profiled ranks run to the end of their active window?")
-    else:
-        items = [(Path(p), None) for p in source]
+        return items, Path(source)
+    items = [(Path(p), None) for p in source]
     if not items:
         raise TraceError(None, "no trace files given")
-    wanted = None if ranks is None else set(ranks)
+    return items, None
 
-    loaded: list[tuple[TraceHeader, _Columns]] = []
-    skipped: list[tuple[Path, str]] = []
-    for path, rank in items:
-        try:
-            header, columns = _read_one(path, rank, strict)
-        except TraceError as err:
-            if strict:
-                raise
-            skipped.append((path, err.problem))
-            continue
-        if header.rank_source == "merged file":
-            skipped.append((path, "a merged trace of several ranks, not one rank's"))
-            continue
-        if columns.skipped:
-            skipped.append((path, f"{columns.skipped} events without a start time skipped"))
-        if wanted is None or header.rank in wanted:
-            loaded.append((header, columns))
-    if not loaded:
-        raise TraceError(None, "no usable trace among: " + "; ".join(
-            f"{_short(p)} ({why})" for p, why in skipped))
-    headers = sorted((h for h, _ in loaded), key=lambda h: (h.rank, h.start_us))
-    if expect_ranks is not None:
-        missing = sorted(set(expect_ranks) - {h.rank for h in headers})
-        if missing:
-            where = source if isinstance(source, (str, os.PathLike)) else None
-            raise TraceError(where, f"no trace from rank{'s' if len(missing) > 1 else ''} "
-                                    f"{', '.join(map(str, missing))}: check that "
-                                    f"{'they' if len(missing) > 1 else 'it'} profiled and "
-                                    f"that every node's folder was gathered")
-    _check_ranks(headers)
+
+def _wanted(items, ranks: Iterable[int] | None):
+    """Leave out, before reading them, files whose name says they are of a rank not wanted."""
+    if ranks is None:
+        return items
+    wanted = set(ranks)
+    return [(p, r) for p, r in items if r in wanted or r is None and (
+        (m := RANK_IN_NAME.search(p.name)) is None or int(m.group(1)) in wanted)]
+
+
+def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
+             steps: tuple[int, int] | None = None, same_run: bool = True,
+             expect_ranks: Iterable[int] | None = None, workers: int | None = None,
+             cache: bool = True, progress: bool | None = None) -> RunTraces:
+    """Load every rank's trace of one run into a :class:`RunTraces`.
+
+    source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``.
+    strict: raise :class:`TraceError` on the first bad file (default), or skip bad files
+        and list them in ``.skipped``.
+    ranks: only these ranks (files named ``rank<N>...`` of other ranks are not even read).
+    steps: ``(first, last)``: only events inside ``ProfilerStep#first`` .. ``#last``.
+    same_run: check that the files come from one run (world size, backend, run id, times).
+    expect_ranks: ranks that must be there; a missing one raises a TraceError naming it.
+    workers: processes decoding files at once (default: one per core for big runs, else 1).
+    cache: keep the result in ``.cache/`` of a run folder and reuse it while no file changes.
+    progress: a progress line on stderr (default: only when the load takes over 2 s).
+
+    ``events`` gets ``rel_us``: µs since the earliest event of the whole run.
+    """
+    items, folder = _items(source)
+    items = _wanted(items, ranks)
+    options = {"strict": strict, "ranks": None if ranks is None else sorted(set(ranks)),
+               "steps": steps}
+    cached = _tracecache.read(folder, items, options) if cache and folder else None
+    if cached is not None:
+        run = RunTraces(*cached)
+    else:
+        run = _load_files(items, strict, ranks, steps, workers, progress)
+        if cache and folder:
+            _tracecache.write(folder, items, options, run.events, run.headers, run.skipped)
+    _check_expected(run.headers, expect_ranks, folder)
+    _check_ranks(run.headers)
     if same_run:
-        _check_same_run(headers)
-    return RunTraces(_frame([c for _, c in loaded]), headers, skipped)
+        _check_same_run(run.headers)
+    return run
+
+
+def _load_files(items, strict: bool, ranks, steps, workers, progress) -> RunTraces:
+    wanted = None if ranks is None else set(ranks)
+    parts: list[FileColumns] = []
+    skipped: list[tuple[Path, str]] = []
+    for (path, _), result in zip(items, _read_files(items, strict, steps, workers, progress)):
+        if isinstance(result, TraceError):
+            if strict:
+                raise result
+            skipped.append((path, result.problem))
+        elif result.header.rank_source == "merged file":
+            skipped.append((path, "a merged trace of several ranks, not one rank's"))
+        elif wanted is None or result.header.rank in wanted:
+            if result.skipped:
+                skipped.append((path, f"{result.skipped} events left out"))
+            parts.append(result)
+    if not parts:
+        raise TraceError(None, "no usable trace among: " + "; ".join(
+            f"{show_path(p)} ({why})" for p, why in skipped))
+    headers = sorted((p.header for p in parts), key=lambda h: (h.rank, h.start_us))
+    _warn_notes(headers)
+    return RunTraces(_frame(parts), headers, skipped)
+
+
+def _check_expected(headers: Sequence[TraceHeader], expect_ranks, folder) -> None:
+    if expect_ranks is None:
+        return
+    missing = sorted(set(expect_ranks) - {h.rank for h in headers})
+    if missing:
+        raise TraceError(folder, f"no trace from rank{'s' if len(missing) > 1 else ''} "
+                                 f"{', '.join(map(str, missing))}: check that "
+                                 f"{'they' if len(missing) > 1 else 'it'} profiled and "
+                                 f"that every node's folder was gathered")
 
 
 def _check_ranks(headers: Sequence[TraceHeader]) -> None:
@@ -533,9 +392,10 @@ def _check_ranks(headers: Sequence[TraceHeader]) -> None:
         same.sort(key=lambda h: h.start_us)
         for a, b in zip(same, same[1:]):
             if set(a.pids) != set(b.pids) or b.start_us < a.end_us:
-                raise TraceError(b.path, f"claims rank {rank}, like {_short(a.path)}; two files "
-                                         f"of one rank must be separate windows of one process. "
-                                         f"Remove the duplicate, or pass files as {{rank: path}}")
+                raise TraceError(b.path, f"claims rank {rank}, like {show_path(a.path)}; two "
+                                         f"files of one rank must be separate windows of one "
+                                         f"process. Remove the duplicate, or pass files as "
+                                         f"{{rank: path}}")
 
 
 def _check_same_run(headers: Sequence[TraceHeader]) -> None:
@@ -544,7 +404,7 @@ def _check_same_run(headers: Sequence[TraceHeader]) -> None:
         for attr in ("world_size", "backend", "run_id"):
             x, y = getattr(first, attr), getattr(h, attr)
             if x is not None and y is not None and x != y:
-                raise TraceError(h.path, f"comes from a different run than {_short(first.path)} "
+                raise TraceError(h.path, f"comes from a different run than {show_path(first.path)} "
                                          f"({attr} {y!r} vs {x!r}); load each run's folder on "
                                          f"its own")
     spans: dict[int, tuple[float, float]] = {}
@@ -565,7 +425,26 @@ def _check_same_run(headers: Sequence[TraceHeader]) -> None:
                                    f"its own, or pass same_run=False if this is intended")
 
 
-def merge_traces(run: RunTraces | str | Path, out: str | Path, *, gzip_output: bool | None = None) -> Path:
+# ------------------------------------------------------------- merging, gathering
+
+def _read_json(path: Path) -> dict:
+    """Parse a trace file into plain Python objects, every field kept (for merging)."""
+    data = read_bytes(path)
+    try:
+        doc = msgspec.json.decode(data)
+    except UnicodeDecodeError:
+        doc = msgspec.json.decode(data.decode("utf-8", errors="replace").encode())
+    except msgspec.DecodeError as err:
+        raise TraceError(path, f"not valid JSON ({err})") from None
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace")
+    return doc
+
+
+def merge_traces(run: RunTraces | str | Path, out: str | Path, *,
+                 gzip_output: bool | None = None) -> Path:
     """Write all ranks into one Chrome trace: one process per rank (``rank N``, in rank
     order), one thread per original lane; every event of every file is kept, with times
     on the run's shared axis. Opens in https://ui.perfetto.dev and chrome://tracing.
@@ -584,29 +463,18 @@ def merge_traces(run: RunTraces | str | Path, out: str | Path, *, gzip_output: b
     lane_ids: dict[tuple[int, str, str], int] = {}
     for header in run.headers:
         doc = _read_json(header.path)
-        base_us = (doc.get("baseTimeNanoseconds") or 0) / 1000.0
-        rank = header.rank
+        base_us = (header.base_time_ns or 0) / 1000.0
         for e in doc["traceEvents"]:
             if not isinstance(e, dict) or "ts" not in e or e.get("ph") == "M":
                 continue  # process and thread names are written anew below
-            key = (rank, str(e.get("pid", "")), str(e.get("tid", "")))
-            if key not in lane_ids:
-                lane_ids[key] = len(lane_ids) + 1
-            e = dict(e)
-            e["pid"], e["tid"] = rank, lane_ids[key]
-            e["ts"] = float(e["ts"]) + base_us - t0_us
+            key = (header.rank, str(e.get("pid", "")), str(e.get("tid", "")))
+            e = dict(e, pid=header.rank, tid=lane_ids.setdefault(key, len(lane_ids) + 1))
+            try:
+                e["ts"] = float(e["ts"]) + base_us - t0_us
+            except (TypeError, ValueError):
+                continue
             merged.append(e)
-    for (rank, p, t), lane in lane_ids.items():
-        label = lane_labels.get((rank, p, t)) or f"pid {p} tid {t}"
-        merged.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": lane,
-                       "args": {"name": label}})
-        merged.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": lane,
-                       "args": {"sort_index": lane}})
-    for rank in run.ranks:
-        merged.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
-                       "args": {"name": f"rank {rank}"}})
-        merged.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
-                       "args": {"sort_index": rank}})
+    merged += _merged_names(run.ranks, lane_ids, lane_labels)
     first = run.headers[0]
     doc = {MERGED_KEY: run.ranks, "world_size": first.world_size, "backend": first.backend,
            "baseTimeNanoseconds": int(round(t0_us * 1000)), "displayTimeUnit": "ms",
@@ -619,6 +487,23 @@ def merge_traces(run: RunTraces | str | Path, out: str | Path, *, gzip_output: b
     return out
 
 
+def _merged_names(ranks: list[int], lane_ids: dict, lane_labels: dict) -> list[dict]:
+    """The metadata events that name and order the processes (ranks) and threads (lanes)."""
+    meta = []
+    for (rank, p, t), lane in lane_ids.items():
+        label = lane_labels.get((rank, p, t)) or f"pid {p} tid {t}"
+        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": lane,
+                     "args": {"name": label}})
+        meta.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": lane,
+                     "args": {"sort_index": lane}})
+    for rank in ranks:
+        meta.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+                     "args": {"name": f"rank {rank}"}})
+        meta.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
+                     "args": {"sort_index": rank}})
+    return meta
+
+
 def gather_traces(node_dirs: Sequence[str | Path], dest: str | Path) -> list[Path]:
     """Copy the trace files of several nodes' folders into one folder, as you would bring
     them together from node-local disks; returns the copies. Two nodes with a file of the
@@ -629,7 +514,7 @@ def gather_traces(node_dirs: Sequence[str | Path], dest: str | Path) -> list[Pat
     for node_dir in node_dirs:
         for path in trace_files(node_dir):
             if path.name in copies:
-                raise TraceError(path, f"has the same name as {_short(copies[path.name])}; "
+                raise TraceError(path, f"has the same name as {show_path(copies[path.name])}; "
                                        f"name trace files after their rank")
             copies[path.name] = path
     out = []
@@ -637,15 +522,4 @@ def gather_traces(node_dirs: Sequence[str | Path], dest: str | Path) -> list[Pat
         target = dest / name
         shutil.copy2(path, target)
         out.append(target)
-    return out
-
-
-def shift_ranks(events: pd.DataFrame, ranks: Iterable[int], offset_us: float) -> pd.DataFrame:
-    """A copy of ``events`` with the given ranks' times moved by ``offset_us`` (as if their
-    host's clock were that far ahead); ``rel_us`` is recomputed for the whole run."""
-    out = events.copy()
-    mine = out["rank"].isin(list(ranks))
-    for column in ("start_us", "end_us"):
-        out.loc[mine, column] = out.loc[mine, column] + offset_us
-    out["rel_us"] = out["start_us"] - out["start_us"].min()
     return out

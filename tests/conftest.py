@@ -1,11 +1,19 @@
-"""Fixtures shared by the unit tests."""
+"""Fixtures shared by the unit tests: real traces from other people's jobs, and factories of
+small traces in today's Kineto format."""
 
+from __future__ import annotations
+
+import gzip
+import json
+import textwrap
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_TRACES = REPO.parent / "shared" / "real-traces"
+HTA = "hta"
+BASE_NS = 1_700_000_000_000_000_000
 
 
 @pytest.fixture
@@ -14,3 +22,101 @@ def real_traces() -> Path:
     if not REAL_TRACES.is_dir():
         pytest.skip("../shared/real-traces is not here")
     return REAL_TRACES
+
+
+def kineto_doc(rank: int, world: int = 2, base_ns: int = BASE_NS, pid: int = 100,
+               offset_us: float = 0.0, steps: int = 2, backend: str = "gloo", run_id=None) -> dict:
+    """A small trace in today's Kineto format: steps with an op and an all_reduce each."""
+    events = []
+    for i in range(steps):
+        t = offset_us + i * 1000.0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 1}", "pid": pid,
+             "tid": pid, "ts": t, "dur": 900.0},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": t + 10,
+             "dur": 300.0, "args": {"Input Dims": [[8, 8], [8, 8]]}},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": pid,
+             "tid": pid + 1, "ts": t + 400, "dur": 200.0 + 50 * rank},
+        ]
+    events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": pid + 1,
+                   "args": {"name": f"thread {pid + 1} (pt_gloo_runloop)"}})
+    doc = {"schemaVersion": 1, "distributedInfo": {"backend": backend, "rank": rank,
+                                                   "world_size": world},
+           "baseTimeNanoseconds": base_ns, "traceEvents": events}
+    if run_id:
+        doc["run_id"] = run_id
+    return doc
+
+
+def write_doc(path: Path, doc, compact: bool = False) -> Path:
+    """Write a trace document as JSON (gzip-compressed when the name ends in .gz)."""
+    text = json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=1)
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def kineto():
+    """The factory of small Kineto traces (a dict you can change before writing)."""
+    return kineto_doc
+
+
+@pytest.fixture
+def write():
+    """Writes a trace document to a path: ``write(path, doc, compact=False)``."""
+    return write_doc
+
+
+@pytest.fixture
+def two_ranks(tmp_path):
+    """The events of a two-rank run, three steps each."""
+    from helpers.traces import load_run
+
+    write_doc(tmp_path / "rank0.json", kineto_doc(0, steps=3))
+    write_doc(tmp_path / "rank1.json", kineto_doc(1, steps=3, pid=200, offset_us=20))
+    return load_run(tmp_path, cache=False).events
+
+
+def x_events(path: Path) -> list[dict]:
+    """The complete events of a gzip-compressed trace, read with plain json."""
+    with gzip.open(path) as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+@pytest.fixture
+def complete_events():
+    return x_events
+
+
+RANKS_SCRIPT = """
+import json, os, sys, time
+import torch.distributed as dist
+
+dist.init_process_group(os.environ["DIST_BACKEND"])
+rank = dist.get_rank()
+info = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+with open(os.path.join(os.environ["RUN_DIR"], f"rank{rank}.json"), "w") as f:
+    json.dump(info, f)
+print(f"rank {rank} of {dist.get_world_size()} says hello", flush=True)
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+if mode == "fail" and rank == 2:
+    with open(os.path.join(os.environ["RUN_DIR"], "failed_at"), "w") as f:
+        f.write(str(time.time()))
+    print("about to fail on purpose", flush=True)
+    os._exit(7)
+if mode == "hang":
+    time.sleep(600)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    """A script that reports its rank in RUN_DIR; ``fail`` makes rank 2 exit 7, ``hang`` sleeps."""
+    path = tmp_path / "ranks.py"
+    path.write_text(textwrap.dedent(RANKS_SCRIPT))
+    return path

@@ -12,39 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers.launch import (RankFailed, RunRecord, RunTimedOut, launch, processes_of_run)
-
-RANKS_SCRIPT = """
-import json, os, sys
-import torch.distributed as dist
-
-dist.init_process_group(os.environ["DIST_BACKEND"])
-rank = dist.get_rank()
-info = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-with open(os.path.join(os.environ["RUN_DIR"], f"rank{rank}.json"), "w") as f:
-    json.dump(info, f)
-print(f"rank {rank} of {dist.get_world_size()} says hello", flush=True)
-mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
-if mode == "fail" and rank == 2:
-    import time
-    with open(os.path.join(os.environ["RUN_DIR"], "failed_at"), "w") as f:
-        f.write(str(time.time()))
-    print("about to fail on purpose", flush=True)
-    os._exit(7)
-if mode == "hang":
-    import time
-    time.sleep(600)
-dist.barrier()
-dist.destroy_process_group()
-"""
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> Path:
-    path = tmp_path / "ranks.py"
-    path.write_text(textwrap.dedent(RANKS_SCRIPT))
-    return path
-
+from helpers.launch import (RankFailed, RendezvousTimedOut, RunTimedOut, choose_device, launch,
+                            processes_of_run)
+from helpers.runs import RunRecord
 
 def test_four_rank_launch_succeeds_and_writes_a_manifest(script, tmp_path):
     run = launch(script, 4, experiment="ranks", traces_root=tmp_path / "traces", echo=False)
@@ -180,8 +150,6 @@ def test_two_nodes_share_one_job_with_global_ranks_and_a_folder_each(script, tmp
 
 
 def test_a_node_that_never_joins_ends_in_a_rendezvous_timeout(script, tmp_path):
-    from helpers.launch import RendezvousTimedOut
-
     start = time.monotonic()
     with pytest.raises(RendezvousTimedOut, match="1 of 2 nodes joined") as caught:
         launch(script, 2, nnodes=2, start_nodes=1, rdzv_timeout=5, traces_root=tmp_path,
@@ -240,3 +208,113 @@ def test_two_nodes_in_their_own_network_namespaces_talk_over_an_interface(script
     sent = [interface_bytes(space) - b for (space, _), b in zip(two_hosts, before)]
     print(f"bytes sent over the interface by each host: {sent}")
     assert all(n > 10_000 for n in sent), f"traffic crossed the interface both ways: {sent} bytes"
+
+
+# ---------------------------------------------- a run dies with the process that launched it
+
+def _launcher_of_a_hanging_run(script: Path, tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """A Python process running launch() of a hanging script; returns it once both ranks run,
+    with the run's id."""
+    caller = tmp_path / "caller.py"
+    caller.write_text(textwrap.dedent(f"""
+        from helpers.launch import launch
+        launch({str(script)!r}, 2, args=["hang"], traces_root={str(tmp_path / "traces")!r},
+               timeout=600)
+    """))
+    proc = subprocess.Popen([sys.executable, str(caller)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    for line in proc.stdout:  # wait until both ranks are running
+        if "rank 1 of 2 says hello" in line or time.monotonic() > deadline:
+            break
+    run_dir = next((tmp_path / "traces" / "ranks").iterdir())
+    return proc, run_dir.name
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_a_run_does_not_outlive_the_process_that_launched_it(script, tmp_path, signal_name):
+    proc, run_id = _launcher_of_a_hanging_run(script, tmp_path)
+    assert len(processes_of_run(run_id)) >= 3  # torchrun and both ranks
+
+    manifest = tmp_path / "traces" / "ranks" / run_id / "run.json"
+    proc.send_signal(getattr(signal, signal_name))
+    proc.wait(timeout=10)
+    killed = time.monotonic()
+    while time.monotonic() - killed < 15 and (
+            processes_of_run(run_id) or json.loads(manifest.read_text())["status"] == "running"):
+        time.sleep(0.2)
+
+    assert processes_of_run(run_id) == [], "no agent or rank outlives its launcher"
+    assert time.monotonic() - killed < 10, "within a few seconds"
+    assert json.loads(manifest.read_text())["status"] == "launcher died"
+
+
+# ----------------------------------------------------------------------- the device
+
+@pytest.mark.parametrize("gpus, kind, backend", [(0, "cpu", "gloo"), (1, "cpu", "gloo"),
+                                                (2, "cuda", "nccl"), (8, "cuda", "nccl")])
+def test_gpus_are_used_only_when_there_are_two_or_more(gpus, kind, backend):
+    device = choose_device(gpus=gpus)
+    assert (device.kind, device.backend) == (kind, backend)
+    assert device.nproc(cpu=4) == (gpus if kind == "cuda" else 4)
+
+
+def test_one_gpu_runs_the_lessons_on_the_cpu_and_says_why():
+    device = choose_device(gpus=1)
+    assert "1 GPU visible but 2 needed" in device.reason and "CPU" in device.reason
+
+
+def test_a_single_process_lesson_uses_one_gpu():
+    assert choose_device(gpus=1, min_gpus=1).kind == "cuda"
+    assert choose_device(gpus=4, cpu=True).kind == "cpu"
+
+
+# ------------------------------------------------------------------- recorded mode
+
+@pytest.fixture
+def recordings(tmp_path, monkeypatch):
+    from helpers import recorded
+
+    monkeypatch.setattr(recorded, "RECORDINGS_ROOT", tmp_path / "recordings")
+    monkeypatch.delenv("PDP_RECORDED", raising=False)
+    yield recorded
+    recorded.use_recorded_runs(None)
+
+
+def test_a_recorded_run_replays_its_files_output_and_manifest(script, tmp_path, recordings,
+                                                             monkeypatch, capsys):
+    monkeypatch.setenv("PDP_RECORD", "1")
+    live = launch(script, 2, traces_root=tmp_path / "live", echo=False)
+    monkeypatch.delenv("PDP_RECORD")
+
+    recordings.use_recorded_runs(True)
+    replayed = launch(script, 2, traces_root=tmp_path / "replayed")
+
+    assert replayed.run_dir != live.run_dir and replayed.replayed_from
+    assert replayed.ok and replayed.exit_codes == live.exit_codes
+    assert {p.name: p.read_bytes() for p in replayed.paths("rank*.json")} == \
+        {p.name: p.read_bytes() for p in live.paths("rank*.json")}
+    assert replayed.output == live.output
+    out = capsys.readouterr().out
+    assert "replaying a recorded run of ranks.py with 2 ranks" in out
+    assert "[rank1] rank 1 of 2 says hello" in out
+
+
+def test_a_recorded_failure_raises_the_same_error(script, tmp_path, recordings, monkeypatch):
+    monkeypatch.setenv("PDP_RECORD", "1")
+    with pytest.raises(RankFailed) as live:
+        launch(script, 4, args=["fail"], traces_root=tmp_path / "live", echo=False)
+    monkeypatch.delenv("PDP_RECORD")
+
+    recordings.use_recorded_runs(True)
+    with pytest.raises(RankFailed) as replayed:
+        launch(script, 4, args=["fail"], traces_root=tmp_path / "replayed", echo=False)
+    assert (replayed.value.rank, replayed.value.exit_code) == (2, 7)
+    assert replayed.value.last_lines == live.value.last_lines
+    assert str(replayed.value) == str(live.value)
+
+
+def test_a_run_that_was_never_recorded_says_which_runs_were(script, tmp_path, recordings):
+    recordings.use_recorded_runs(True)
+    with pytest.raises(recordings.RecordingMissing, match="no recording of ranks.py.*'hang'"):
+        launch(script, 2, args=["hang"], traces_root=tmp_path)

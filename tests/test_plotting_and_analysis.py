@@ -9,19 +9,12 @@ import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
 
-from helpers.analysis import (busy_ms, collective_waits, find_straggler, step_times, time_per_kind,
-                              top_ops, waiting_per_step)
-from helpers.plotting import KIND_COLORS, plot_rank_timeline
-from helpers.traces import load_run
-
-from test_traces import HTA, kineto, write
-
-
-@pytest.fixture
-def two_ranks(tmp_path):
-    write(tmp_path / "rank0.json", kineto(0, steps=3))
-    write(tmp_path / "rank1.json", kineto(1, steps=3, pid=200, offset_us=20))
-    return load_run(tmp_path).events
+from helpers.analysis import (busy_ms, clock_offsets, collective_waits, find_straggler,
+                              max_parallel_lanes, shift_ranks, step_times, time_per_kind, top_ops,
+                              waiting_per_step)
+from helpers.kinds import KIND_COLORS
+from helpers.plotting import COLLAPSED_COMMUNICATION, plot_rank_timeline
+from helpers.traces import load_run, load_trace
 
 
 def collections_by_colour(fig):
@@ -63,7 +56,7 @@ def test_timeline_of_an_unknown_step_says_which_exist(two_ranks):
 
 
 def test_timeline_draws_a_real_gpu_trace_with_stream_lanes(real_traces, tmp_path):
-    events = load_run(sorted((real_traces / HTA / "trace_filter").glob("*.json.gz"))).events
+    events = load_run(sorted((real_traces / "hta" / "trace_filter").glob("*.json.gz"))).events
     fig = plot_rank_timeline(events, lanes=True, window=(0, 2000))
     fig.savefig(tmp_path / "gpu.png", dpi=50)
 
@@ -120,7 +113,7 @@ def _straggler_events(tmp_path, slow_rank: int = 1, delay_us: float = 300.0):
         doc = {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"},
                "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": events}
         (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
-    return load_run(tmp_path).events
+    return load_run(tmp_path, cache=False).events
 
 
 def test_collective_waits_take_the_shortest_duration_as_the_transfer(tmp_path):
@@ -148,8 +141,6 @@ def test_a_run_without_steps_cannot_name_a_straggler(two_ranks):
 
 
 def test_max_parallel_lanes_counts_lanes_busy_at_once():
-    from helpers.analysis import max_parallel_lanes
-
     events = pd.DataFrame({
         "rank": [1] * 5,
         "lane": ["a", "a", "b", "c", "d"],
@@ -164,10 +155,87 @@ def test_max_parallel_lanes_counts_lanes_busy_at_once():
 
 
 def test_clock_offsets_recover_a_shifted_node_from_the_ends_of_collectives(tmp_path):
-    from helpers.analysis import clock_offsets
-    from helpers.traces import shift_ranks
-
     events = _straggler_events(tmp_path)  # both ranks leave each collective together
     nodes = {0: [0], 1: [1]}
     assert clock_offsets(events, nodes) == {0: 0.0, 1: 0.0}
     assert clock_offsets(shift_ranks(events, [1], 7000.0), nodes)[1] == pytest.approx(7000.0)
+
+
+# ------------------------------------------------------------ what the figures show
+
+def _bars_at(fig, colour: str) -> list[tuple[float, float, float, float]]:
+    """``(x0, x1, y0, y1)`` of every bar of one colour."""
+    bars = []
+    for c in fig.axes[0].collections:
+        if isinstance(c, PolyCollection) and to_hex(c.get_facecolor()[0]) == colour:
+            for path in c.get_paths():
+                xs, ys = path.vertices[:, 0], path.vertices[:, 1]
+                bars.append((xs.min(), xs.max(), ys.min(), ys.max()))
+    return bars
+
+
+def _row_top(fig, label: str) -> float:
+    ax = fig.axes[0]
+    ticks = dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks()))
+    return ticks[label] - 0.4
+
+
+def legacy_rpc_trace(path):
+    """A trace as torch.autograd.profiler_legacy exports it for an RPC: a bare list, no
+    categories, remote events on lanes named ``node_id:1, thread_id:N``."""
+    import json
+
+    caller = {"pid": "CPU functions", "tid": 1, "cat": None, "ph": "X"}
+    remote = {"pid": "CPU functions", "tid": " node_id:1, thread_id:4 ", "cat": None, "ph": "X"}
+    events = [
+        dict(caller, name="rpc_async#udf(worker0 -> worker1)", ts=0.0, dur=1000.0),
+        dict(remote, name="rpc_async#udf(worker0 -> worker1)#remote_op: server: call 0",
+             ts=100.0, dur=700.0),
+        dict(remote, name="rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul",
+             ts=750.0, dur=40.0),
+    ]
+    path.write_text(json.dumps(events))
+    return path
+
+
+def test_the_legacy_rpc_timeline_draws_the_remote_ops_on_a_node_1_row(tmp_path):
+    from helpers.analysis import by_rpc_node
+
+    events = by_rpc_node(load_trace(legacy_rpc_trace(tmp_path / "legacy.json")).events)
+    fig = plot_rank_timeline(events, row_label="node", lanes=True)
+
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["node 0 · thread 1", "node 1 · thread  node_id:1, thread_id:4 "]
+    node1 = _row_top(fig, labels[1])
+    remote_compute = [b for b in _bars_at(fig, KIND_COLORS["compute"]) if b[2] >= node1 - 1e-9]
+    remote_annotation = [b for b in _bars_at(fig, KIND_COLORS["annotation"]) if b[2] >= node1 - 1e-9]
+    assert len(remote_compute) == 1 and len(remote_annotation) == 1
+    assert _bars_at(fig, KIND_COLORS["communication"])[0][3] <= node1  # the call: node 0's row
+
+
+def test_a_collapsed_row_draws_communication_low_so_overlapping_compute_shows(tmp_path, write):
+    doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::convolution_backward", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
+         "ts": 200, "dur": 600}]}
+    fig = plot_rank_timeline(load_trace(write(tmp_path / "r.json", doc)).events)
+
+    (cx0, cx1, cy0, cy1), = _bars_at(fig, KIND_COLORS["compute"])
+    (mx0, mx1, my0, my1), = _bars_at(fig, KIND_COLORS["communication"])
+    assert my1 == pytest.approx(cy1) and (my1 - my0) == pytest.approx(0.8 * COLLAPSED_COMMUNICATION)
+    assert cy0 < my0  # the compute underneath still shows above it
+
+
+def test_rows_are_grouped_and_labelled_by_node(two_ranks):
+    fig = plot_rank_timeline(two_ranks, nodes={0: [1], 1: [0]})
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["node 0 · rank 1", "node 1 · rank 0"]
+
+
+def test_steps_are_drawn_with_a_visible_gap_between_them(two_ranks):
+    fig = plot_rank_timeline(two_ranks)
+    steps = next(c for c in fig.axes[0].collections if isinstance(c, PolyCollection)
+                 and to_hex(c.get_facecolor()[0]) == KIND_COLORS["step"])
+    assert len(steps.get_paths()) == 6  # three steps on each rank, none joined
+    assert to_hex(steps.get_edgecolor()[0]) == "#ffffff"

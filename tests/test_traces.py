@@ -2,64 +2,27 @@
 
 import gzip
 import json
-from pathlib import Path
+import warnings
 
 import pandas as pd
 import pytest
 
-from helpers.traces import TraceError, load_run, load_trace, merge_traces
-
-HTA = "hta"
-
-
-def kineto(rank: int, world: int = 2, base_ns: int = 1_700_000_000_000_000_000, pid: int = 100,
-           offset_us: float = 0.0, steps: int = 2, backend: str = "gloo", run_id=None) -> dict:
-    """A small trace in today's Kineto format: steps with an op and an all_reduce each."""
-    events = []
-    for i in range(steps):
-        t = offset_us + i * 1000.0
-        events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 1}", "pid": pid,
-             "tid": pid, "ts": t, "dur": 900.0},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": t + 10,
-             "dur": 300.0, "args": {"Input Dims": [[8, 8], [8, 8]]}},
-            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": pid,
-             "tid": pid + 1, "ts": t + 400, "dur": 200.0 + 50 * rank},
-        ]
-    events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": pid + 1,
-                   "args": {"name": f"thread {pid + 1} (pt_gloo_runloop)"}})
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": backend, "rank": rank,
-                                                   "world_size": world},
-           "baseTimeNanoseconds": base_ns, "traceEvents": events}
-    if run_id:
-        doc["run_id"] = run_id
-    return doc
-
-
-def write(path: Path, doc, compact: bool = False) -> Path:
-    text = json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=1)
-    if path.name.endswith(".gz"):
-        path.write_bytes(gzip.compress(text.encode()))
-    else:
-        path.write_text(text)
-    return path
-
-
-def x_events(path: Path) -> list[dict]:
-    with gzip.open(path) as f:
-        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+from helpers.analysis import shift_ranks
+from helpers.kinds import event_kind
+from helpers.traces import (TraceError, TraceWarning, gather_traces, load_run, load_trace,
+                            merge_traces)
 
 
 # ---------------------------------------------------------------- real traces
 
-def test_gpu_traces_of_two_ranks_load_with_kernels_streams_and_one_time_axis(real_traces):
-    files = sorted((real_traces / HTA / "trace_filter").glob("*.json.gz"))
+def test_gpu_traces_of_two_ranks_load_with_kernels_streams_and_one_time_axis(real_traces, complete_events):
+    files = sorted((real_traces / "hta" / "trace_filter").glob("*.json.gz"))
     run = load_run(files)
 
     ev = run.events
     assert run.ranks == [0, 1]
     for rank, path in enumerate(files):
-        assert (ev["rank"] == rank).sum() == len(x_events(path))
+        assert (ev["rank"] == rank).sum() == len(complete_events(path))
     kernels = ev[ev["kind"] == "gpu kernel"]
     assert len(kernels) > 1000 and kernels["lane"].astype(str).str.startswith("GPU").all()
     assert kernels["stream"].notna().all()
@@ -69,11 +32,11 @@ def test_gpu_traces_of_two_ranks_load_with_kernels_streams_and_one_time_axis(rea
     assert run.headers[0].backend == "nccl" and run.headers[0].world_size == 128
 
 
-def test_nanosecond_trace_keeps_fractional_microseconds_and_every_event(real_traces):
-    path = next((real_traces / HTA / "ns_resolution_trace").glob("*.json.gz"))
+def test_nanosecond_trace_keeps_fractional_microseconds_and_every_event(real_traces, complete_events):
+    path = next((real_traces / "hta" / "ns_resolution_trace").glob("*.json.gz"))
     trace = load_trace(path)
 
-    assert len(trace.events) == len(x_events(path)) == 45420
+    assert len(trace.events) == len(complete_events(path)) == 45420
     assert (trace.events["start_us"] % 1 != 0).any()
     assert set(trace.events["step"].dropna().unique()) == {101, 102, 103, 104, 105}
     assert {"broadcast", "allreduce"} <= set(trace.events["collective"].dropna().astype(str))
@@ -81,7 +44,7 @@ def test_nanosecond_trace_keeps_fractional_microseconds_and_every_event(real_tra
 
 
 def test_gloo_cpu_trace_of_rank_34_uses_base_time_and_finds_collectives(real_traces):
-    path = next((real_traces / HTA / "cpu_only").glob("*.json.gz"))
+    path = next((real_traces / "hta" / "cpu_only").glob("*.json.gz"))
     trace = load_trace(path)
 
     assert trace.header.rank == 34 and trace.header.world_size == 300
@@ -94,37 +57,47 @@ def test_gloo_cpu_trace_of_rank_34_uses_base_time_and_finds_collectives(real_tra
 
 
 def test_trace_with_minimal_header_gets_its_rank_from_distributed_info(real_traces):
-    trace = load_trace(real_traces / HTA / "rank_non_gpu" / "rank_non_gpu.json.gz")
+    trace = load_trace(real_traces / "hta" / "rank_non_gpu" / "rank_non_gpu.json.gz")
 
     assert trace.header.rank == 0 and trace.header.rank_source == "distributedInfo"
     assert len(trace.events) == 2467 and trace.header.base_time_ns is None
 
 
-def test_trace_without_distributed_info_asks_for_the_rank_then_takes_it(real_traces):
-    path = real_traces / HTA / "distributed_info_unavailable" / "distributed_info_not_found.json.gz"
-    with pytest.raises(TraceError, match="distributed_info_not_found.json.gz.*rank=N"):
-        load_trace(path)
+def test_a_single_trace_that_does_not_say_its_rank_loads_as_rank_0_and_says_it_was_assumed(
+        real_traces):
+    path = real_traces / "hta" / "distributed_info_unavailable" / "distributed_info_not_found.json.gz"
+    trace = load_trace(path)
 
-    trace = load_trace(path, rank=5)
-    assert trace.header.rank == 5 and (trace.events["rank"] == 5).all()
-    assert len(load_run({3: path}).events.query("rank == 3")) == 2467
+    assert trace.header.rank == 0 and trace.header.rank_source == "assumed"
+    assert load_trace(path, rank=5).header.rank == 5
+
+
+def test_several_traces_that_do_not_say_their_rank_need_their_ranks_given(real_traces, tmp_path):
+    path = real_traces / "hta" / "distributed_info_unavailable" / "distributed_info_not_found.json.gz"
+    copy = tmp_path / "second.json.gz"
+    copy.write_bytes(path.read_bytes())
+
+    with pytest.raises(TraceError, match="distributed_info_not_found.json.gz.*load_run\\(\\{rank"):
+        load_run([path, copy])
+    run = load_run({3: path, 4: copy}, same_run=False)
+    assert run.ranks == [3, 4] and len(run.events.query("rank == 3")) == 2467
 
 
 # ------------------------------------------------------------ synthetic traces
 
-def test_rank_comes_from_the_file_name_when_the_trace_does_not_say(tmp_path):
+def test_rank_comes_from_the_file_name_when_the_trace_does_not_say(tmp_path, kineto, write):
     doc = kineto(0)
     del doc["distributedInfo"]
     trace = load_trace(write(tmp_path / "rank3_iter4_6.json", doc))
     assert trace.header.rank == 3 and trace.header.rank_source == "file name"
 
 
-def test_compact_json_rank_is_read(tmp_path):
+def test_compact_json_rank_is_read(tmp_path, kineto, write):
     trace = load_trace(write(tmp_path / "trace.json", kineto(7, world=8), compact=True))
     assert trace.header.rank == 7
 
 
-def test_events_get_kinds_steps_shapes_and_thread_lanes(tmp_path):
+def test_events_get_kinds_steps_shapes_and_thread_lanes(tmp_path, kineto, write):
     ev = load_trace(write(tmp_path / "t.json.gz", kineto(0))).events
 
     mm = ev[ev["name"] == "aten::mm"]
@@ -136,7 +109,7 @@ def test_events_get_kinds_steps_shapes_and_thread_lanes(tmp_path):
     assert (ev["dur_us"] == ev["end_us"] - ev["start_us"]).all()
 
 
-def test_a_run_folder_gives_one_frame_with_a_rank_column_on_one_axis(tmp_path):
+def test_a_run_folder_gives_one_frame_with_a_rank_column_on_one_axis(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0, offset_us=0))
     write(tmp_path / "rank1.json.gz", kineto(1, offset_us=250))
     (tmp_path / "run.json").write_text("{}")  # the manifest is not a trace
@@ -149,7 +122,7 @@ def test_a_run_folder_gives_one_frame_with_a_rank_column_on_one_axis(tmp_path):
     assert firsts[0] == 0 and firsts[1] == pytest.approx(250)
 
 
-def test_two_windows_of_one_rank_load_together(tmp_path):
+def test_two_windows_of_one_rank_load_together(tmp_path, kineto, write):
     write(tmp_path / "rank0_a.json", kineto(0, offset_us=0))
     write(tmp_path / "rank0_b.json", kineto(0, offset_us=50_000))
     write(tmp_path / "rank1_a.json", kineto(1, offset_us=0, pid=200))
@@ -176,7 +149,7 @@ def test_bad_files_raise_a_trace_error_naming_the_file(tmp_path, name, content, 
     assert name in str(caught.value) and caught.value.path == path
 
 
-def test_a_truncated_trace_is_reported_as_truncated(tmp_path):
+def test_a_truncated_trace_is_reported_as_truncated(tmp_path, kineto):
     text = json.dumps(kineto(0))
     path = tmp_path / "rank0.json"
     path.write_text(text[: len(text) * 2 // 3])
@@ -184,7 +157,7 @@ def test_a_truncated_trace_is_reported_as_truncated(tmp_path):
         load_trace(path)
 
 
-def test_a_truncated_gzip_is_reported_as_truncated(tmp_path):
+def test_a_truncated_gzip_is_reported_as_truncated(tmp_path, kineto):
     data = gzip.compress(json.dumps(kineto(0)).encode())
     path = tmp_path / "rank0.json.gz"
     path.write_bytes(data[: len(data) // 2])
@@ -192,7 +165,7 @@ def test_a_truncated_gzip_is_reported_as_truncated(tmp_path):
         load_trace(path)
 
 
-def test_broken_gzip_data_is_reported(tmp_path):
+def test_broken_gzip_data_is_reported(tmp_path, kineto):
     data = bytearray(gzip.compress(json.dumps(kineto(0)).encode()))
     data[20:40] = b"\x00" * 20
     path = tmp_path / "rank0.json.gz"
@@ -201,18 +174,19 @@ def test_broken_gzip_data_is_reported(tmp_path):
         load_trace(path)
 
 
-def test_events_without_a_start_time_fail_strict_and_are_skipped_lenient(tmp_path):
+def test_events_without_a_start_time_fail_strict_and_are_skipped_lenient(tmp_path, kineto, write):
     doc = kineto(0)
     del doc["traceEvents"][1]["ts"]
     path = write(tmp_path / "rank0.json", doc)
 
     with pytest.raises(TraceError, match="rank0.json.*no start time"):
         load_trace(path)
-    trace = load_trace(path, strict=False)
+    with pytest.warns(TraceWarning, match="rank0.json.*1 events that have no start time"):
+        trace = load_trace(path, strict=False)
     assert trace.skipped_events == 1 and len(trace.events) == 5
 
 
-def test_two_files_claiming_the_same_rank_are_refused(tmp_path):
+def test_two_files_claiming_the_same_rank_are_refused(tmp_path, kineto, write):
     write(tmp_path / "a.json", kineto(1))
     write(tmp_path / "b.json", kineto(1))
     with pytest.raises(TraceError, match="claims rank 1") as caught:
@@ -220,7 +194,7 @@ def test_two_files_claiming_the_same_rank_are_refused(tmp_path):
     assert caught.value.path.name in {"a.json", "b.json"}
 
 
-def test_files_of_different_runs_are_refused(tmp_path):
+def test_files_of_different_runs_are_refused(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0, offset_us=0))
     write(tmp_path / "rank1.json", kineto(1, offset_us=30e6, pid=300))  # 30 s later
     with pytest.raises(TraceError, match="rank1.json.*different runs"):
@@ -228,7 +202,7 @@ def test_files_of_different_runs_are_refused(tmp_path):
     assert load_run(tmp_path, same_run=False).ranks == [0, 1]
 
 
-def test_files_with_different_world_sizes_or_run_ids_are_refused(tmp_path):
+def test_files_with_different_world_sizes_or_run_ids_are_refused(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0, world=2))
     write(tmp_path / "rank1.json", kineto(1, world=4))
     with pytest.raises(TraceError, match="rank1.json.*different run.*world_size"):
@@ -239,7 +213,7 @@ def test_files_with_different_world_sizes_or_run_ids_are_refused(tmp_path):
         load_run(tmp_path)
 
 
-def test_lenient_mode_loads_the_good_files_and_lists_the_bad(tmp_path):
+def test_lenient_mode_loads_the_good_files_and_lists_the_bad(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0))
     (tmp_path / "rank1.json").write_text('{"traceEvents": [{"ph": "X", "ts"')
 
@@ -266,7 +240,7 @@ def _comparable(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("out_name", ["merged.json", "merged.json.gz"])
-def test_merged_trace_round_trips_to_the_same_events(tmp_path, out_name):
+def test_merged_trace_round_trips_to_the_same_events(tmp_path, out_name, kineto, write):
     parts = tmp_path / "parts"
     parts.mkdir()
     write(parts / "rank0.json", kineto(0))
@@ -288,7 +262,7 @@ def test_merged_trace_round_trips_to_the_same_events(tmp_path, out_name):
 
 
 def test_merging_real_gpu_traces_keeps_every_event(real_traces, tmp_path):
-    files = sorted((real_traces / HTA / "trace_filter").glob("*.json.gz"))
+    files = sorted((real_traces / "hta" / "trace_filter").glob("*.json.gz"))
     run = load_run(files)
     merged = merge_traces(run, tmp_path / "all.json.gz")
 
@@ -300,7 +274,7 @@ def test_merging_real_gpu_traces_keeps_every_event(real_traces, tmp_path):
     assert len(load_trace(merged).events) == len(run.events)
 
 
-def test_a_merged_file_in_a_run_folder_is_not_loaded_as_a_rank(tmp_path):
+def test_a_merged_file_in_a_run_folder_is_not_loaded_as_a_rank(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0))
     write(tmp_path / "rank1.json", kineto(1))
     merge_traces(load_run(tmp_path), tmp_path / "merged.json")
@@ -310,18 +284,7 @@ def test_a_merged_file_in_a_run_folder_is_not_loaded_as_a_rank(tmp_path):
     assert [p.name for p, _ in run.skipped] == ["merged.json"]
 
 
-def test_rpc_calls_are_communication_and_their_remote_ops_are_not():
-    from helpers.traces import event_kind
-
-    assert event_kind("rpc_async#udf(worker0 -> worker1)", "user_annotation") == "communication"
-    assert event_kind("rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul", "cpu_op") == "compute"
-    assert event_kind("gloo:all_reduce", "user_annotation") == "communication"
-    assert event_kind("Optimizer.step#SGD.step", "user_annotation") == "optimizer"
-
-
-def test_gathering_node_folders_finds_every_rank_and_names_a_missing_one(tmp_path):
-    from helpers.traces import gather_traces
-
+def test_gathering_node_folders_finds_every_rank_and_names_a_missing_one(tmp_path, kineto, write):
     for node, ranks in {0: (0, 1), 1: (2, 3)}.items():
         folder = tmp_path / f"node{node}"
         folder.mkdir()
@@ -337,9 +300,7 @@ def test_gathering_node_folders_finds_every_rank_and_names_a_missing_one(tmp_pat
         load_run(tmp_path / "half", expect_ranks=range(4))
 
 
-def test_gathering_refuses_two_files_of_the_same_name(tmp_path):
-    from helpers.traces import gather_traces
-
+def test_gathering_refuses_two_files_of_the_same_name(tmp_path, kineto, write):
     for node in (0, 1):
         (tmp_path / f"node{node}").mkdir()
         write(tmp_path / f"node{node}" / "trace.json", kineto(node))
@@ -347,9 +308,7 @@ def test_gathering_refuses_two_files_of_the_same_name(tmp_path):
         gather_traces([tmp_path / "node0", tmp_path / "node1"], tmp_path / "all")
 
 
-def test_shifting_ranks_moves_only_their_times(tmp_path):
-    from helpers.traces import shift_ranks
-
+def test_shifting_ranks_moves_only_their_times(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0))
     write(tmp_path / "rank1.json", kineto(1, pid=200))
     events = load_run(tmp_path).events
@@ -360,7 +319,7 @@ def test_shifting_ranks_moves_only_their_times(tmp_path):
     assert shifted["rel_us"].min() == 0
 
 
-def test_merging_two_windows_of_a_rank_names_each_lane_once(tmp_path):
+def test_merging_two_windows_of_a_rank_names_each_lane_once(tmp_path, kineto, write):
     write(tmp_path / "rank0_a.json", kineto(0, offset_us=0))
     write(tmp_path / "rank0_b.json", kineto(0, offset_us=50_000))
     write(tmp_path / "rank1_a.json", kineto(1, pid=200))
@@ -370,3 +329,161 @@ def test_merging_two_windows_of_a_rank_names_each_lane_once(tmp_path):
              if e["ph"] == "M" and e["name"] == "thread_name"]
     assert len(names) == len(set(names)) == 4  # two threads on each rank
     assert len(load_trace(merged).events) == len(load_run(tmp_path).events)
+
+
+# ------------------------------------------------- foreign and damaged traces (issue 9)
+
+def rocm_doc() -> dict:
+    """A trace shaped like a real ROCm one: hex stream ids on GPU and runtime events, no
+    distributedInfo, no base time."""
+    return {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 100.0,
+         "dur": 50.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 7, "tid": 7,
+         "ts": 110.0, "dur": 5.0, "args": {"stream": "0x0", "correlation": 12}},
+        {"ph": "X", "cat": "kernel", "name": "Cijk_Ailk_Bljk", "pid": 2, "tid": "stream 0x1a",
+         "ts": 120.0, "dur": 30.0, "args": {"stream": "0x1a", "device": 2}},
+        {"ph": "X", "cat": "kernel", "name": "odd", "pid": 2, "tid": 1, "ts": 160.0,
+         "dur": 1.0, "args": {"stream": "default"}},
+    ]}
+
+
+def test_a_rocm_style_trace_with_hex_stream_ids_and_no_rank_loads(tmp_path, write):
+    trace = load_trace(write(tmp_path / "rocm.json", rocm_doc()))
+
+    ev = trace.events.set_index("name")
+    assert trace.header.rank == 0 and trace.header.rank_source == "assumed"
+    assert ev.loc["hipLaunchKernel", "stream"] == 0
+    assert ev.loc["Cijk_Ailk_Bljk", "stream"] == 26  # "0x1a"
+    assert pd.isna(ev.loc["odd", "stream"])  # text that is not a number is left empty
+    assert ev.loc["Cijk_Ailk_Bljk", "lane"] == "GPU 2 stream stream 0x1a"
+
+
+def test_names_with_invalid_utf8_bytes_load_with_the_bytes_replaced_and_a_warning(tmp_path, kineto):
+    text = json.dumps(kineto(0)).replace("aten::mm", "aten::m\udcffm")
+    path = tmp_path / "rank0.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))  # a raw 0xff byte in a name
+
+    with pytest.warns(TraceWarning, match="rank0.json.*not valid UTF-8"):
+        trace = load_trace(path)
+    assert "aten::m\ufffdm" in set(trace.events["name"].astype(str))
+    assert len(trace.events) == 6
+
+
+def test_begin_and_end_events_are_paired_into_complete_events(tmp_path, write):
+    doc = {"traceEvents": [
+        {"ph": "B", "name": "outer", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0},
+        {"ph": "B", "name": "inner", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 30},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 100},
+        {"ph": "B", "name": "never ends", "pid": 1, "tid": 2, "ts": 5},
+    ]}
+    with pytest.warns(TraceWarning, match="2 B/E pairs joined.*1 begins or ends without"):
+        ev = load_trace(write(tmp_path / "be.json", doc)).events
+
+    assert list(ev["name"].astype(str)) == ["outer", "inner"]
+    assert list(ev["dur_us"]) == [100.0, 20.0]
+
+
+@pytest.mark.parametrize("events", [[], [{"ph": "M", "name": "process_name", "pid": 1,
+                                          "args": {"name": "x"}}]])
+def test_a_trace_with_no_events_to_load_says_so(tmp_path, write, events):
+    path = write(tmp_path / "rank0.json", {"traceEvents": events})
+    with pytest.raises(TraceError, match="rank0.json: holds no events with a duration"):
+        load_trace(path)
+
+
+def test_negative_durations_fail_strict_and_are_left_out_lenient(tmp_path, kineto, write):
+    doc = kineto(0)
+    doc["traceEvents"][1]["dur"] = -5
+    path = write(tmp_path / "rank0.json", doc)
+
+    with pytest.raises(TraceError, match="rank0.json: 1 events have a negative duration"):
+        load_trace(path)
+    with pytest.warns(TraceWarning, match="negative duration were left out"):
+        assert len(load_trace(path, strict=False).events) == 5
+
+
+def test_fields_of_unexpected_types_are_read_leniently(tmp_path, kineto, write):
+    doc = kineto(0)
+    doc["traceEvents"][1]["name"] = 42  # a number where a name should be
+    doc["traceEvents"][2]["ts"] = "410.5"  # a start time written as text
+    with pytest.warns(TraceWarning, match="unexpected types"):
+        ev = load_trace(write(tmp_path / "rank0.json", doc)).events
+
+    assert "42" in set(ev["name"].astype(str))
+    assert 410.5 in set(ev["start_us"] - 1_700_000_000_000_000)
+
+
+# --------------------------------------------------------- big runs (issue 14)
+
+@pytest.fixture
+def eight_ranks(tmp_path, kineto, write):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for rank in range(8):
+        write(folder / f"rank{rank}.json", kineto(rank, world=8, pid=100 + rank, steps=6,
+                                                  offset_us=rank * 7.0))
+    return folder
+
+
+def test_parallel_and_serial_loads_give_identical_frames(eight_ranks):
+    serial = load_run(eight_ranks, workers=1, cache=False)
+    parallel = load_run(eight_ranks, workers=2, cache=False)
+
+    pd.testing.assert_frame_equal(serial.events, parallel.events)
+    assert [h.path for h in serial.headers] == [h.path for h in parallel.headers]
+
+
+def test_a_bad_file_in_a_parallel_load_raises_the_same_trace_error_naming_it(eight_ranks):
+    (eight_ranks / "rank5.json").write_text('{"traceEvents": [{"ph": "X"')
+    with pytest.raises(TraceError, match="rank5.json.*truncated") as serial:
+        load_run(eight_ranks, workers=1, cache=False)
+    with pytest.raises(TraceError, match="rank5.json.*truncated") as parallel:
+        load_run(eight_ranks, workers=2, cache=False)
+    assert parallel.value.path == serial.value.path and parallel.value.problem == serial.value.problem
+
+
+def test_the_cache_is_used_while_nothing_changed(eight_ranks, monkeypatch):
+    first = load_run(eight_ranks)
+    assert list((eight_ranks / ".cache").glob("events-*.npz"))
+
+    import helpers.traces as traces
+    monkeypatch.setattr(traces, "_load_files", lambda *a, **k: pytest.fail("files were read again"))
+    again = load_run(eight_ranks)
+    pd.testing.assert_frame_equal(first.events, again.events)
+    assert [h.rank for h in again.headers] == [h.rank for h in first.headers]
+
+
+def test_the_cache_is_not_used_when_a_trace_file_changed(eight_ranks, kineto, write):
+    load_run(eight_ranks)
+    write(eight_ranks / "rank3.json", kineto(3, world=8, pid=103, steps=7, offset_us=21.0))
+
+    again = load_run(eight_ranks)
+    assert (again.events["rank"] == 3).sum() == 7 * 3  # the new file's events, not the cached ones
+    assert again.events.equals(load_run(eight_ranks, cache=False).events)
+
+
+def test_a_window_of_steps_loads_only_the_events_inside_those_steps(eight_ranks):
+    window = load_run(eight_ranks, steps=(2, 3), cache=False).events
+
+    assert set(window["step"].dropna()) == {2, 3}
+    assert window["step"].notna().all()
+    assert len(window) == 8 * 2 * 3
+
+
+def test_a_window_of_steps_that_a_file_lacks_names_the_steps_it_has(eight_ranks):
+    with pytest.raises(TraceError, match=r"steps=\(9, 12\).*present: \[1, 2, 3, 4, 5, 6\]"):
+        load_run(eight_ranks, steps=(9, 12), cache=False)
+
+
+def test_asking_for_some_ranks_does_not_read_the_files_of_the_others(eight_ranks):
+    (eight_ranks / "rank7.json").write_text("not even JSON")
+    assert load_run(eight_ranks, ranks=[0, 2], cache=False).ranks == [0, 2]
+
+
+def test_the_progress_line_appears_only_when_asked_or_slow(eight_ranks, capsys):
+    load_run(eight_ranks, cache=False)
+    assert capsys.readouterr().err == ""
+    load_run(eight_ranks, cache=False, progress=True)
+    assert "loading traces: 8/8 files" in capsys.readouterr().err

@@ -1,0 +1,156 @@
+"""Recorded mode: replay real runs that ship with the series, for machines that cannot launch.
+
+The folder ``recordings/`` holds runs that the lessons themselves made (``make record``),
+each with its manifest, what its ranks printed, and its files (gzip-compressed). In recorded
+mode every :func:`helpers.launch` call is answered by the recording made with the same
+script, experiment, ranks, nodes and arguments: its files are copied into a new run folder
+under ``traces/`` (decompressed, under their original names), its output is printed as it
+was, and a run that failed raises the same error. Loading, analysis and plots then run
+unchanged on real traces.
+
+Switch it on with the environment variable ``PDP_RECORDED=1`` (for example
+``make lab RECORDED=1``) or, in a running notebook, with :func:`use_recorded_runs`.
+``PDP_RECORD=1`` does the opposite: every live launch is saved as a recording.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+from .runs import LOGS_DIR, MANIFEST_NAME, REPO_ROOT, RunRecord, new_run_dir
+
+__all__ = ["RECORDINGS_ROOT", "RecordingMissing", "use_recorded_runs", "replaying", "recording",
+           "replay", "save_recording"]
+
+RECORDINGS_ROOT = REPO_ROOT / "recordings"
+RECORDING_NAME = "recording.json"
+_RUN_DIR_MARK = "{RUN_DIR}"  # stands for the run folder in a recorded error message
+_switched: bool | None = None  # set by use_recorded_runs(); None: follow PDP_RECORDED
+
+
+class RecordingMissing(LookupError):
+    """Recorded mode was asked for a run that was never recorded."""
+
+
+def use_recorded_runs(on: bool | None = True) -> None:
+    """Replay recorded runs instead of launching (``False``: launch for real again;
+    ``None``: follow the environment variable ``PDP_RECORDED`` again)."""
+    global _switched
+    _switched = on
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def replaying() -> bool:
+    """True in recorded mode."""
+    return _env_flag("PDP_RECORDED") if _switched is None else _switched
+
+
+def recording() -> bool:
+    """True when live launches are saved as recordings (``PDP_RECORD=1``)."""
+    return _env_flag("PDP_RECORD") and not replaying()
+
+
+def _key(script: str, experiment: str, nproc: int, nnodes: int, start_nodes: int,
+         args: Sequence[str]) -> dict:
+    return {"script": script, "experiment": experiment, "nproc": nproc, "nnodes": nnodes,
+            "start_nodes": start_nodes, "args": [str(a) for a in args]}
+
+
+def _folder_name(key: dict) -> str:
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{key['experiment']}-{digest}"
+
+
+def save_recording(record: RunRecord, echoed: list[tuple[int, str]], error: Exception | None,
+                   start_nodes: int) -> Path:
+    """Keep a finished live run as a recording: its files gzipped, its output, its error."""
+    key = _key(record.script, record.experiment, record.nproc, record.nnodes, start_nodes,
+               record.args)
+    dest = RECORDINGS_ROOT / _folder_name(key)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    files = []
+    for path in record.paths():
+        rel = path.relative_to(record.run_dir)
+        if rel.name == MANIFEST_NAME and len(rel.parts) == 1 or LOGS_DIR in rel.parts[:-1]:
+            continue
+        target = dest / "files" / (str(rel) + ".gz")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(gzip.compress(path.read_bytes(), compresslevel=9, mtime=0))
+        files.append(str(rel))
+    here = record.relative_dir()
+    spec = None
+    if error is not None:
+        spec = {"type": type(error).__name__, "message": str(error).replace(here, _RUN_DIR_MARK)}
+        for attr in ("rank", "exit_code", "last_lines"):
+            if hasattr(error, attr):
+                spec[attr] = getattr(error, attr)
+    (dest / RECORDING_NAME).write_text(json.dumps({
+        "key": key, "manifest": record.to_json(), "files": files, "error": spec,
+        "output": {str(r): lines for r, lines in record.output.items()},
+        "echoed": echoed}, indent=1))
+    return dest
+
+
+def _find(key: dict) -> Path:
+    folder = RECORDINGS_ROOT / _folder_name(key)
+    if (folder / RECORDING_NAME).is_file():
+        return folder
+    same = sorted(json.loads(p.read_text())["key"]["args"]
+                  for p in RECORDINGS_ROOT.glob(f"{key['experiment']}-*/{RECORDING_NAME}"))
+    known = "; ".join(" ".join(a) or "(no arguments)" for a in same) or "none"
+    raise RecordingMissing(
+        f"recorded mode: no recording of {key['script']} with {key['nproc']} ranks per node on "
+        f"{key['nnodes']} node(s) and arguments {key['args']} (experiment "
+        f"{key['experiment']!r}; recorded arguments for it: {known}). Recorded mode replays "
+        f"the lessons' own runs only: launch for real with use_recorded_runs(False)")
+
+
+def replay(script: Path, nproc: int, experiment: str, args: Sequence[str], nnodes: int,
+           start_nodes: int, echo: bool, traces_root: str | Path | None) -> RunRecord:
+    """Answer a launch with its recording: a new run folder with the recorded files; the
+    recorded output printed; the recorded error raised if the run failed."""
+    source = _find(_key(script.name, experiment, nproc, nnodes, start_nodes, args))
+    saved = json.loads((source / RECORDING_NAME).read_text())
+    run_id, run_dir = new_run_dir(experiment, traces_root)
+    for rel in saved["files"]:
+        target = run_dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(gzip.decompress((source / "files" / (rel + ".gz")).read_bytes()))
+    data = dict(saved["manifest"], run_id=run_id, replayed_from=source.name)
+    data.pop("run_dir")
+    record = RunRecord(run_dir=run_dir, **{k: v for k, v in data.items()
+                                           if k in RunRecord.__dataclass_fields__})
+    record.exit_codes = {int(k): v for k, v in record.exit_codes.items()}
+    record.nodes = {int(k): v for k, v in record.nodes.items()}
+    record.output = {int(r): lines for r, lines in saved["output"].items()}
+    record.save()
+    if echo:
+        nodes = f" on {nnodes} nodes" if nnodes > 1 else ""
+        print(f"replaying a recorded run of {script.name} with {record.world_size} ranks{nodes} "
+              f"({record.device}, {record.backend}) -> {record.relative_dir()}", flush=True)
+        for rank, line in saved["echoed"]:
+            print(f"[rank{rank}] {line}", flush=True)
+    if saved["error"]:
+        raise _recorded_error(saved["error"], record)
+    return record
+
+
+def _recorded_error(spec: dict, record: RunRecord) -> Exception:
+    from .launch import LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted, RunTimedOut
+
+    cls = {c.__name__: c for c in (LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted,
+                                   RunTimedOut)}[spec["type"]]
+    message = spec["message"].replace(_RUN_DIR_MARK, record.relative_dir())
+    if "rank" in spec:
+        return cls(message, record, spec["rank"], spec["exit_code"], spec["last_lines"])
+    return cls(message, record)

@@ -1,0 +1,172 @@
+"""Where runs live and what is kept about them: the run folder, its manifest, and paths shown.
+
+Every launch gets a folder ``traces/<experiment>/<run-id>/`` that is never reused::
+
+    traces/ddp/20261122-101500-1a2b/
+        run.json            the manifest (a RunRecord): command, ranks, times, exit codes, files
+        logs/               what each rank printed (torchrun's per-rank log files)
+        rank0_iter4_6.json  whatever the script wrote into RUN_DIR (traces, dumps, ...)
+        node0/, node1/      on a multi-node run, one RUN_DIR per node
+        .cache/             the trace loader's cache (safe to delete)
+
+The launcher writes these folders, the trace loader reads them; both take the names
+from here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .kineto_noise import NOISE
+
+__all__ = ["REPO_ROOT", "TRACES_ROOT", "MANIFEST_NAME", "LOGS_DIR", "CACHE_DIR", "RunRecord",
+           "new_run_dir", "show_path"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRACES_ROOT = REPO_ROOT / "traces"
+MANIFEST_NAME = "run.json"  # the manifest in every run folder
+LOGS_DIR = "logs"  # torchrun's per-rank log files, in every node's folder
+CACHE_DIR = ".cache"  # the trace loader's cache, in a folder of traces
+
+
+def show_path(path: str | os.PathLike) -> str:
+    """A path as a learner's screen should show it: relative to the repository when it is
+    inside it (``traces/ddp/...``), else relative to the working folder, else as given."""
+    path = Path(path)
+    for base in (REPO_ROOT, Path.cwd()):
+        try:
+            return str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def _shorten_paths(text: str) -> str:
+    """``text`` with every path inside the repository written relative to it."""
+    return text.replace(str(REPO_ROOT) + os.sep, "")
+
+
+@dataclass
+class RunRecord:
+    """What one launch did: where it wrote, how each rank ended, what it printed.
+
+    ``status`` is ``ok``, ``failed``, ``timeout``, ``rendezvous timeout``, ``interrupted``,
+    ``launcher died`` (the process that launched it ended first) or ``running``.
+    ``exit_codes`` maps each global rank to its exit code: -15 means torchrun
+    stopped the rank (SIGTERM) after another one failed; ``None`` means no code was
+    reported (the run was killed on a timeout or an interrupt, or the rank's node
+    was stopped by the launcher after another node failed).
+    ``nodes`` maps each node (torchrun agent) to the global ranks it ran.
+    ``files`` maps paths relative to ``run_dir`` to sizes in bytes.
+    ``replayed_from`` names the recording a replayed run came from (recorded mode).
+    """
+
+    experiment: str
+    run_id: str
+    run_dir: Path
+    command: list[str]
+    script: str
+    args: list[str]
+    nproc: int
+    nnodes: int
+    world_size: int
+    backend: str
+    device: str
+    started: str
+    ended: str | None = None
+    seconds: float | None = None
+    status: str = "running"
+    exit_codes: dict[int, int | None] = field(default_factory=dict)
+    nodes: dict[int, list[int]] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
+    replayed_from: str | None = None
+    output: dict[int, list[str]] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def lines(self, rank: int) -> list[str]:
+        """What a rank printed (stdout, then stderr), without blank lines and profiler noise."""
+        return [line for line in self.output.get(rank, []) if line.strip() and not NOISE.search(line)]
+
+    def paths(self, pattern: str = "*") -> list[Path]:
+        """Files in the run folder matching a glob pattern (recursive), sorted."""
+        return sorted(p for p in self.run_dir.rglob(pattern)
+                      if p.is_file() and CACHE_DIR not in p.relative_to(self.run_dir).parts)
+
+    def relative_dir(self) -> str:
+        """The run folder as a notebook should show it (see :func:`show_path`)."""
+        return show_path(self.run_dir)
+
+    def torchrun_command(self) -> str:
+        """The command line of node 0's torchrun agent, as it was run (one line)."""
+        return " ".join(self.command)
+
+    def __repr__(self) -> str:
+        return (f"RunRecord({self.experiment}/{self.run_id}: {self.status}, "
+                f"{self.world_size} ranks, {self.backend}, {len(self.files)} files)")
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["run_dir"] = self.relative_dir()
+        data.pop("output")
+        data["exit_codes"] = {str(k): v for k, v in self.exit_codes.items()}
+        data["nodes"] = {str(k): v for k, v in self.nodes.items()}
+        return data
+
+    def save(self) -> Path:
+        """Write the manifest ``run.json`` (atomically) and return its path."""
+        self.files = _list_files(self.run_dir)
+        path = self.run_dir / MANIFEST_NAME
+        tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2))
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "RunRecord":
+        """Read the manifest of an earlier run from its folder."""
+        run_dir = Path(run_dir)
+        path = run_dir / MANIFEST_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"{show_path(path)}: no run manifest here; is this a run "
+                                    f"folder made by helpers.launch?")
+        data = json.loads(path.read_text())
+        data["run_dir"] = run_dir
+        data["exit_codes"] = {int(k): v for k, v in data["exit_codes"].items()}
+        data["nodes"] = {int(k): v for k, v in data.get("nodes", {}).items()}
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _list_files(run_dir: Path) -> dict[str, int]:
+    files = {}
+    for p in sorted(run_dir.rglob("*")):
+        rel = p.relative_to(run_dir)
+        if p.is_file() and rel.parts[0] != CACHE_DIR and not (
+                p.name.startswith(MANIFEST_NAME) and len(rel.parts) == 1):
+            files[str(rel)] = p.stat().st_size
+    return files
+
+
+def new_run_dir(experiment: str, traces_root: str | Path | None = None) -> tuple[str, Path]:
+    """Create ``traces/<experiment>/<run-id>/`` (never reusing one) and return ``(run_id, path)``."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", experiment):
+        raise ValueError(f"experiment={experiment!r}: use letters, digits, '-', '_' or '.' "
+                         f"(it becomes a folder name)")
+    root = Path(traces_root) if traces_root is not None else TRACES_ROOT
+    while True:
+        run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+        run_dir = root / experiment / run_id
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+            return run_id, run_dir
+        except FileExistsError:
+            continue
