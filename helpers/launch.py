@@ -387,7 +387,7 @@ def _conclude(run: _Run, outcome: str, timeout: float, rdzv_timeout: float,
     if rank is None:
         return LaunchError(f"torchrun exited before any rank reported; its last lines:\n"
                            f"{_quoted(agent_lines[-LAST_LINES:])}", record)
-    last = list(run.rank_lines.get(rank, []))[-LAST_LINES:]
+    last = [line for line in run.rank_lines.get(rank, []) if not NOISE.search(line)][-LAST_LINES:]
     return RankFailed(f"rank {rank} exited with code {failed[rank]}; the other ranks were "
                       f"stopped. Last lines of rank {rank}:\n{_quoted(last)}",
                       record, rank, failed[rank], last)

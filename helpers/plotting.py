@@ -19,13 +19,17 @@ from matplotlib.patches import Patch
 from .analysis import merge_intervals
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS
 
-__all__ = ["plot_rank_timeline", "step_window"]
+__all__ = ["plot_rank_timeline", "step_window", "plot_collective_sequences"]
 
 #: Bars closer than this fraction of the time axis are drawn as one (below a pixel).
 MERGE_FRACTION = 1 / 4000
 #: In a row that is not split into lanes, communication fills the lower part of the row
 #: (this fraction), so the compute it overlaps on other threads stays visible above it.
 COLLAPSED_COMMUNICATION = 0.4
+#: Annotations (record_function regions, DistributedDataParallel.forward) enclose other work:
+#: they fill only the upper part of the row (this fraction), behind the work they enclose, so a
+#: thread that waits inside one shows the annotation alone, not a full bar.
+ANNOTATION_HEIGHT = 0.45
 _LAYER = {k.name: k.layer for k in KINDS}
 
 
@@ -105,6 +109,8 @@ def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span:
             b0, b1 = base - 0.14, base - 0.03
         elif k == "communication" and not lanes:
             b0, b1 = base + 0.8 * (1 - COLLAPSED_COMMUNICATION), base + 0.8
+        elif k == "annotation":
+            b0, b1 = base, base + 0.8 * ANNOTATION_HEIGHT
         else:
             b0, b1 = base, base + 0.8
         verts = np.empty((len(s0), 4, 2))
@@ -131,7 +137,8 @@ def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | No
         threads share one row and communication fills its lower part, so the compute that
         runs at the same time on another thread stays visible.
     kinds: only these kinds (default: all but ``other``). Steps are a thin band at the top
-        of each row, with a white gap where one step ends and the next begins.
+        of each row, with a white gap where one step ends and the next begins; annotations
+        fill the upper part of a row, behind the work they enclose.
     nodes: ``{node: [ranks]}`` (``RunRecord.nodes``): rows grouped and labelled by node.
     row_label: what a row is called on the y axis (``rank``, ``worker``, ``process``).
     """
@@ -169,3 +176,50 @@ def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | No
         ax.set_title(title)
     ax.figure.tight_layout()
     return ax.figure
+
+
+def plot_collective_sequences(records: pd.DataFrame, mismatch=None, last: int = 10,
+                              title: str | None = None) -> Figure:
+    """Each rank's collectives in the order it called them, side by side (one column per rank,
+    sequence number downwards), as Flight Recorder dumps record them.
+
+    records: a DataFrame from :func:`helpers.flight_recorder.load_flight_records`.
+    mismatch: a :class:`helpers.flight_recorder.Mismatch` to mark (its row gets a frame).
+    last: show this many sequence numbers, ending just after the mismatch (or at the end).
+    """
+    ranks = sorted(records["rank"].unique())
+    end = (mismatch.seq + 1) if mismatch is not None else int(records["seq"].max())
+    seqs = list(range(max(1, end - last + 1), end + 1))
+    cells = records.set_index(["seq", "rank"])
+    fig, ax = plt.subplots(figsize=(2.2 + 2.6 * len(ranks), 0.9 + 0.42 * len(seqs)))
+    colour = KIND_COLORS["communication"]
+    for y, seq in enumerate(seqs):
+        for x, rank in enumerate(ranks):
+            if (seq, rank) in cells.index:
+                row = cells.loc[(seq, rank)]
+                ax.add_patch(plt.Rectangle((x + 0.05, y + 0.1), 0.9, 0.8, facecolor=colour,
+                                           alpha=0.35, edgecolor="none"))
+                ax.text(x + 0.5, y + 0.5, f"{row['collective']} {row['input_sizes']}",
+                        ha="center", va="center", fontsize=8)
+            else:
+                ax.add_patch(plt.Rectangle((x + 0.05, y + 0.1), 0.9, 0.8, fill=False,
+                                           linestyle="--", edgecolor="#777777"))
+                ax.text(x + 0.5, y + 0.5, "(nothing)", ha="center", va="center", fontsize=8,
+                        color="#777777")
+        if mismatch is not None and seq == mismatch.seq:
+            ax.add_patch(plt.Rectangle((0, y + 0.02), len(ranks), 0.96, fill=False,
+                                       edgecolor="black", linewidth=2))
+            ax.text(len(ranks) + 0.05, y + 0.5, f"first mismatch:\n{mismatch.kind}",
+                    va="center", fontsize=8)
+    ax.set_xlim(0, len(ranks) + (0.9 if mismatch is not None else 0))
+    ax.set_ylim(len(seqs), 0)
+    ax.set_xticks([x + 0.5 for x in range(len(ranks))], [f"rank {r}" for r in ranks])
+    ax.set_yticks([y + 0.5 for y in range(len(seqs))], [str(s) for s in seqs], fontsize=8)
+    ax.set_ylabel("collective (sequence number)")
+    ax.tick_params(length=0)
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -106,8 +106,9 @@ class RunRecord:
         return show_path(self.run_dir)
 
     def torchrun_command(self) -> str:
-        """The command line of node 0's torchrun agent, as it was run (one line)."""
-        return " ".join(self.command)
+        """The command line of node 0's torchrun agent as it was run, paths inside the
+        repository written relative to it."""
+        return _shorten_paths(" ".join(self.command))
 
     def __repr__(self) -> str:
         return (f"RunRecord({self.experiment}/{self.run_id}: {self.status}, "

@@ -1,0 +1,236 @@
+"""Pre-flight check of a machine before a workshop: ``make doctor`` (or ``python -m helpers.doctor``).
+
+Prints one PASS / WARN / FAIL line per check and a verdict line, and exits non-zero when the
+machine cannot run the live lessons (it can then still follow them in recorded mode). Checks:
+the Python version, the pinned packages (importable, at the pinned versions), cores, memory
+and free disk for traces, ``torch.distributed`` with gloo and ``torch.distributed.rpc``, a free
+port on localhost, a real 2-rank gloo job under torchrun, the GPUs and NCCL where there are
+GPUs, and whether torchrun's rendezvous store is reachable from the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .runs import REPO_ROOT, TRACES_ROOT
+
+__all__ = ["Check", "run_checks", "main"]
+
+MIN_PYTHON = (3, 10)
+MIN_CORES = 2
+MIN_MEMORY_GB = 4.0
+MIN_DISK_GB = 2.0
+
+
+@dataclass
+class Check:
+    """One line of the report: ``status`` is PASS, WARN or FAIL; ``live`` says whether a FAIL
+    stops the live lessons."""
+
+    name: str
+    status: str
+    detail: str
+    live: bool = True
+
+    def line(self) -> str:
+        return f"{self.status:4s}  {self.name:22s} {self.detail}"
+
+
+def _python() -> Check:
+    version = sys.version_info[:3]
+    ok = version[:2] >= MIN_PYTHON
+    return Check("Python", "PASS" if ok else "FAIL",
+                 f"{'.'.join(map(str, version))} (the series is tested with 3.11; needs "
+                 f"{'.'.join(map(str, MIN_PYTHON))} or newer)")
+
+
+def _pins(requirements: Path) -> dict[str, str]:
+    pins = {}
+    for line in requirements.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.strip()] = version.strip()
+    return pins
+
+
+def _packages(requirements: Path) -> Check:
+    missing, other = [], []
+    for name, version in _pins(requirements).items():
+        try:
+            installed = importlib.metadata.version(name)
+            importlib.import_module(name.replace("-", "_"))  # each pin imports under its name
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+            continue
+        except Exception as err:  # installed but broken
+            missing.append(f"{name} (does not import: {type(err).__name__})")
+            continue
+        if installed.split("+")[0] != version:
+            other.append(f"{name} {installed} (pinned {version})")
+    if missing:
+        return Check("packages", "FAIL", f"not installed: {', '.join(missing)}; run make install "
+                                         f"(or the offline install in INSTRUCTORS.md)")
+    if other:
+        return Check("packages", "WARN", f"other versions than pinned: {', '.join(other)}")
+    return Check("packages", "PASS", f"all {len(_pins(requirements))} pinned packages import")
+
+
+def _cores_memory_disk() -> list[Check]:
+    import psutil
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    memory_gb = psutil.virtual_memory().total / 1e9
+    TRACES_ROOT.mkdir(exist_ok=True)
+    disk_gb = shutil.disk_usage(TRACES_ROOT).free / 1e9
+    return [
+        Check("cores", "PASS" if cores >= MIN_CORES else "FAIL",
+              f"{cores} (the lessons are timed on 2; 1 core runs them very slowly)"),
+        Check("memory", "PASS" if memory_gb >= MIN_MEMORY_GB else "FAIL",
+              f"{memory_gb:.1f} GB (4 ranks of ResNet-18 need about 3 GB)"),
+        Check("disk for traces", "PASS" if disk_gb >= MIN_DISK_GB else "FAIL",
+              f"{disk_gb:.1f} GB free in traces/ (a full run of the series writes about 200 MB)"),
+    ]
+
+
+def _distributed() -> list[Check]:
+    import torch.distributed as dist
+    import torch.distributed.rpc as rpc
+
+    checks = [Check("torch.distributed", "PASS" if dist.is_available() and dist.is_gloo_available()
+                    else "FAIL", "available, with gloo" if dist.is_available() else
+                    "not available in this build of PyTorch")]
+    checks.append(Check("torch.distributed.rpc", "PASS" if rpc.is_available() else "FAIL",
+                        "available" if rpc.is_available() else
+                        "not available (PyTorch on Windows has no RPC: use WSL2); lessons 5-6 "
+                        "need it"))
+    return checks
+
+
+def _port() -> Check:
+    from .launch import free_port
+
+    try:
+        port = free_port()
+    except OSError as err:
+        return Check("localhost ports", "FAIL", f"cannot open a port on 127.0.0.1 ({err})")
+    return Check("localhost ports", "PASS", f"a free port was found ({port}); runs pick their own")
+
+
+_TINY_JOB = """
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group(os.environ.get("DIST_BACKEND", "gloo"))
+x = torch.ones(4)
+dist.all_reduce(x)
+assert x.tolist() == [float(dist.get_world_size())] * 4
+dist.destroy_process_group()
+"""
+
+
+def _two_rank_job(cpu: bool = True) -> Check:
+    from .launch import LaunchError, launch
+
+    name = "2-rank gloo job" if cpu else "2-rank nccl job"
+    with tempfile.TemporaryDirectory(prefix="doctor-") as folder:
+        script = Path(folder) / "tiny_job.py"
+        script.write_text(textwrap.dedent(_TINY_JOB))
+        t0 = time.monotonic()
+        try:
+            launch(script, 2, experiment="doctor", echo=False, timeout=120, cpu=cpu,
+                   traces_root=Path(folder) / "traces")
+        except (LaunchError, OSError) as err:
+            first = str(err).splitlines()[0]
+            return Check(name, "FAIL", f"did not finish: {first}")
+    return Check(name, "PASS", f"started, all-reduced and finished in {time.monotonic() - t0:.1f} s")
+
+
+def _gpus() -> list[Check]:
+    import torch
+    import torch.distributed as dist
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        return [Check("GPUs", "PASS", "none: the lessons run on the CPU with gloo", live=False)]
+    names = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))
+    checks = [Check("GPUs", "PASS", f"{n} ({names}); "
+                    + ("one rank per GPU with nccl" if n >= 2 else "1 GPU: the DDP lessons use "
+                                                                   "the CPU"))]
+    checks.append(Check("nccl", "PASS" if dist.is_nccl_available() else "FAIL",
+                        "available" if dist.is_nccl_available() else "not in this build"))
+    if n >= 2 and dist.is_nccl_available():
+        checks.append(_two_rank_job(cpu=False))
+    return checks
+
+
+def _store_exposure() -> Check:
+    """Where torch's TCPStore (torchrun's rendezvous store) listens: all interfaces or loopback."""
+    import psutil
+    import torch.distributed as dist
+
+    from .launch import free_port
+
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    try:
+        addresses = {c.laddr.ip for c in psutil.net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    except psutil.AccessDenied:
+        addresses = set()
+    finally:
+        del store
+    if addresses and addresses <= {"127.0.0.1", "::1"}:
+        return Check("network exposure", "PASS", "torchrun's store listens on loopback only",
+                     live=False)
+    where = ", ".join(sorted(addresses)) or "unknown"
+    return Check("network exposure", "WARN",
+                 f"torchrun's rendezvous store listens on all interfaces ({where}), although runs "
+                 f"use 127.0.0.1: on a shared network anyone nearby can reach it while a run is "
+                 f"going. See INSTRUCTORS.md (firewall rule)", live=False)
+
+
+def run_checks(requirements: Path = REPO_ROOT / "requirements.txt", launch_job: bool = True) -> list[Check]:
+    """Every check, in order; later checks are skipped when the packages are missing."""
+    checks = [_python(), _packages(requirements)]
+    checks += _cores_memory_disk()
+    if checks[1].status == "FAIL":
+        return checks
+    checks += _distributed() + [_port()]
+    if launch_job:
+        checks.append(_two_rank_job())
+    checks += _gpus() + [_store_exposure()]
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--requirements", type=Path, default=REPO_ROOT / "requirements.txt",
+                        help="the pinned requirements to check (default: the series')")
+    opts = parser.parse_args(argv)
+    checks = run_checks(opts.requirements)
+    for check in checks:
+        print(check.line(), flush=True)
+    failed = [c for c in checks if c.status == "FAIL" and c.live]
+    if failed:
+        print(f"\nNOT READY: this machine cannot run the live lessons ({', '.join(c.name for c in failed)}). "
+              f"Fix the lines above, or follow the lessons in recorded mode: make lab RECORDED=1")
+        return 1
+    warned = [c.name for c in checks if c.status == "WARN"]
+    print("\nREADY: this machine can run the live lessons"
+          + (f" (read the warnings: {', '.join(warned)})" if warned else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

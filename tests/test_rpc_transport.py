@@ -1,0 +1,50 @@
+"""A claim of lesson 6, measured: TensorPipe's default transport between processes on one host
+keeps a thread busy in every idle RPC process; the TCP transport ("uv") does not."""
+
+import json
+import textwrap
+
+import pytest
+
+from helpers.launch import launch
+
+IDLE_WORKER = """
+import json, os, sys, time, warnings
+import torch.distributed.rpc as rpc
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+warnings.filterwarnings("ignore")
+options = rpc.TensorPipeRpcBackendOptions(**({"_transports": ["uv"]} if sys.argv[1] == "uv" else {}))
+rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, rpc_backend_options=options)
+if rank == 0:
+    rpc.rpc_sync("worker1", time.sleep, args=(0.01,))  # connect the pair
+time.sleep(0.5)
+cpu, wall = time.process_time(), time.monotonic()
+time.sleep(2)  # idle: nothing is sent
+busy = (time.process_time() - cpu) / (time.monotonic() - wall)
+with open(os.path.join(os.environ["RUN_DIR"], f"busy{rank}.json"), "w") as f:
+    json.dump(busy, f)
+rpc.shutdown()
+"""
+
+
+@pytest.fixture
+def idle_worker(tmp_path):
+    path = tmp_path / "idle_worker.py"
+    path.write_text(textwrap.dedent(IDLE_WORKER))
+    return path
+
+
+def idle_cpu(idle_worker, tmp_path, transport: str) -> list[float]:
+    run = launch(idle_worker, 2, args=[transport], traces_root=tmp_path, echo=False, timeout=120)
+    return [json.loads(p.read_text()) for p in run.paths("busy*.json")]
+
+
+def test_an_idle_rpc_process_on_the_default_transport_keeps_a_core_busy(idle_worker, tmp_path):
+    busy = idle_cpu(idle_worker, tmp_path, "default")
+    assert len(busy) == 2 and min(busy) > 0.5, f"cores busy while idle: {busy}"
+
+
+def test_an_idle_rpc_process_on_the_tcp_transport_uses_no_cpu(idle_worker, tmp_path):
+    busy = idle_cpu(idle_worker, tmp_path, "uv")
+    assert len(busy) == 2 and max(busy) < 0.2, f"cores busy while idle: {busy}"
