@@ -1,21 +1,52 @@
 # Two commands for a newcomer: `make run` executes the series, `make test` tests it.
 # Both create .venv and install the pinned dependencies first (once; again when they change).
+#
+# Install options (see INSTRUCTORS.md):
+#   make install TORCH=cpu            PyTorch's CPU-only wheels, about a tenth of the download
+#   make install WHEELHOUSE=wheels    no network: everything from a folder made by `make wheelhouse`
+# Recorded mode (replay the runs shipped in recordings/ instead of launching):
+#   make lab RECORDED=1
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+SOLUTIONS := $(sort $(wildcard solutions/[0-9]*.ipynb))
+ANALYSIS_LESSONS := $(filter-out notebooks/01% notebooks/02%,$(NOTEBOOKS))
+TORCH ?= default
+WHEELHOUSE ?=
+RECORDED ?=
+TORCH_PINS := $(shell grep -E '^(torch|torchvision)==' requirements.txt)
+# Kernels started by nbconvert and JupyterLab talk to them over encrypted local sockets
+# (ipykernel otherwise warns about plain-text TCP once per notebook).
+QUIET_KERNELS := --KernelManager.transport_encryption=auto
+EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=900 $(QUIET_KERNELS)
+NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: install run test lab refresh benchmark clean-traces
+.PHONY: install run test test-recorded lab refresh record doctor wheelhouse test-offline \
+	benchmark clean-traces
 
 install: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+ifneq ($(WHEELHOUSE),)
+	$(BIN)/python -m pip install --no-index --find-links $(WHEELHOUSE) -r requirements.txt
+else
 	$(BIN)/python -m pip install --upgrade pip
+ifeq ($(TORCH),cpu)
+	$(BIN)/python -m pip install --index-url https://download.pytorch.org/whl/cpu $(TORCH_PINS)
+endif
 	$(BIN)/python -m pip install -r requirements.txt
+endif
 	$(BIN)/python -m pip install --no-deps --no-build-isolation -e .
+	@# JupyterLab opens without asking about news and updates
+	mkdir -p $(LAB_SETTINGS)
+	printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+		> $(LAB_SETTINGS)/overrides.json
 	touch $(STAMP)
 
 # Execute every notebook headless, in order, into build/ (the committed notebooks stay untouched).
@@ -23,32 +54,55 @@ run: install
 	@mkdir -p build/notebooks build/html
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== executing $$nb"; \
-	  $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=900 \
-	    --output-dir build/notebooks "$$nb" || exit 1; \
+	  PDP_RECORDED=$(RECORDED) $(EXECUTE) --output-dir build/notebooks "$$nb" || exit 1; \
 	done
 	$(BIN)/jupyter nbconvert --to html --output-dir build/html build/notebooks/*.ipynb
 	@echo ""
 	@echo "Executed notebooks: build/notebooks/   HTML: build/html/"
 	@echo "Traces of every run: traces/<experiment>/<run-id>/ (manifest: run.json)"
 
-# Unit tests of helpers/ and every notebook under nbval.
+# Unit tests of helpers/, every lesson and every solution under nbval, and the analysis lessons
+# again in recorded mode.
 test: install
-	$(BIN)/python -m pytest -p no:cacheprovider tests notebooks \
-	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	  --nbval-cell-timeout=600
+	$(NBVAL) tests notebooks solutions
+	$(MAKE) --no-print-directory test-recorded
+
+test-recorded: install
+	PDP_RECORDED=1 $(NBVAL) $(ANALYSIS_LESSONS)
 
 # Open the series in JupyterLab.
 lab: install
-	$(BIN)/jupyter lab notebooks
+	PDP_RECORDED=$(RECORDED) $(BIN)/jupyter lab $(QUIET_KERNELS) notebooks
 
-# Maintainers: re-execute the notebooks in place so their committed outputs are fresh.
+# Maintainers: re-execute the lessons and solutions in place so their committed outputs are fresh.
 refresh: install
-	rm -f notebooks/*.py  # the scripts the notebooks write: fresh, so outputs say "Writing"
-	@for nb in $(NOTEBOOKS); do \
+	rm -f notebooks/*.py solutions/*.py  # the scripts they write: fresh, so outputs say "Writing"
+	@for nb in $(NOTEBOOKS) $(SOLUTIONS); do \
 	  echo "== refreshing $$nb"; \
-	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; \
+	  $(EXECUTE) --inplace "$$nb" || exit 1; \
 	done
+
+# Maintainers: record the lessons' runs anew into recordings/ (what recorded mode replays).
+record: install
+	rm -rf recordings notebooks/*.py && mkdir -p recordings build/record
+	@for nb in $(NOTEBOOKS); do \
+	  echo "== recording the runs of $$nb"; \
+	  PDP_RECORD=1 $(EXECUTE) --output-dir build/record "$$nb" || exit 1; \
+	done
+	du -sh recordings
+
+# Pre-flight check of this machine before a workshop.
+doctor: install
+	$(BIN)/python -m helpers.doctor
+
+# A folder of every pinned wheel, to install with no network (put it on a USB stick).
+wheelhouse:
+	$(PYTHON) -m pip download --only-binary=:all: --dest wheelhouse -r requirements.txt
+	du -sh wheelhouse
+
+# Maintainers: a fresh virtual environment installed from the wheelhouse alone passes make doctor.
+test-offline: wheelhouse
+	tests/offline_install.sh wheelhouse
 
 benchmark: install
 	$(BIN)/python -m pip install -r benchmarks/requirements.txt
