@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -55,18 +57,20 @@ def json_load_all(files) -> None:
             json.load(fh)
 
 
+class _Event(msgspec.Struct, gc=False):
+    """The least a loader must read of an event: the limit's records."""
+
+    ph: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+
+
+class _Doc(msgspec.Struct, gc=False):
+    traceEvents: list[_Event]
+
+
 def decode_limit(files) -> None:
-    import msgspec
-
-    class Event(msgspec.Struct, gc=False):
-        ph: str = ""
-        ts: float = 0.0
-        dur: float = 0.0
-
-    class Doc(msgspec.Struct, gc=False):
-        traceEvents: list[Event]
-
-    decoder = msgspec.json.Decoder(Doc)
+    decoder = msgspec.json.Decoder(_Doc)
     for f in files:
         decoder.decode(f.read_bytes())
 

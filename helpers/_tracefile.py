@@ -326,6 +326,17 @@ def _codes(values: list, as_text=None) -> tuple[np.ndarray, list]:
     return np.fromiter(map(lookup.__getitem__, values), np.int32, len(values)), labels
 
 
+def _compact(text: dict[str, tuple[np.ndarray, list]]) -> dict[str, tuple[np.ndarray, list]]:
+    """The text columns in their smallest code type, with distinct values copied, so that no
+    string keeps the memory of the decoded file alive once it is freed."""
+    def copy(value):
+        return value.encode().decode() if isinstance(value, str) else value
+
+    return {column: (codes.astype(np.int16) if len(values) < 2**15 - 1 else codes,
+                     [copy(v) for v in values])
+            for column, (codes, values) in text.items()}
+
+
 def _stream_id(value: Any) -> int | None:
     """A GPU stream id as a number: ints as they are, text such as ``"7"`` or ``"0x0"``
     (ROCm) parsed; anything else left empty."""
@@ -473,4 +484,6 @@ def read_columns(path: Path, rank: int | None = None, strict: bool = True,
     header.events, header.pids, header.notes = len(xs), sorted(pids), notes
     header.start_us, header.end_us = float(start.min()), float((start + dur).max())
     steps_of = _step_numbers(start, start + dur, text["name"])
-    return FileColumns(header, start, dur, text, ranks, _thread_names(meta), steps_of, skipped)
+    thread_names = _thread_names(meta)
+    del doc, xs, meta  # free the decoded file before the columns are kept
+    return FileColumns(header, start, dur, _compact(text), ranks, thread_names, steps_of, skipped)

@@ -74,27 +74,42 @@ class RunTraces:
 
 # --------------------------------------------------------- one frame from many files
 
-def _fill(parts: Sequence[FileColumns], values, n: int, dtype, order) -> np.ndarray:
-    """One array of ``n`` from a per-file array (``values(part)``), in ``order`` if given."""
+def _fill(parts: Sequence[FileColumns], take, n: int, dtype, order) -> np.ndarray:
+    """One array of ``n`` from a per-file array, in ``order`` if given. ``take(part)`` returns
+    the part's array and lets it go, so that memory is freed as the run's array fills."""
     out = np.empty(n, dtype=dtype)
     pos = 0
     for part in parts:
-        chunk = values(part)
+        chunk = take(part)
         out[pos:pos + len(chunk)] = chunk
         pos += len(chunk)
+        del chunk
     return out if order is None else out[order]
+
+
+def _take(attribute: str):
+    """A ``take`` for :func:`_fill`: the part's array, which the part no longer holds."""
+    def take(part: FileColumns) -> np.ndarray:
+        value = getattr(part, attribute)
+        setattr(part, attribute, None)
+        return value
+    return take
 
 
 def _codes(parts: Sequence[FileColumns], column: str, n: int, order) -> tuple[np.ndarray, list]:
     """Codes into one list of distinct values for a text column of every file."""
     index: dict = {}
-    luts = []
+    luts = {}
     for part in parts:
         _, values = part.text[column]
-        luts.append(np.array([index.setdefault(v, len(index)) for v in values] + [-1], np.int32))
-    codes = _fill(range(len(parts)), lambda i: luts[i][parts[i].text[column][0]], n, np.int32,
-                  order)
-    return codes, list(index)
+        luts[id(part)] = np.array([index.setdefault(v, len(index)) for v in values] + [-1], np.int32)
+
+    def take(part: FileColumns) -> np.ndarray:
+        codes, _ = part.text.pop(column)
+        return luts[id(part)][codes]
+
+    dtype = np.int16 if len(index) < 2**15 - 1 else np.int32
+    return _fill(parts, take, n, dtype, order), list(index)
 
 
 def _categorical(codes: np.ndarray, values: list) -> pd.Categorical:
@@ -144,18 +159,21 @@ def _frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
     """One DataFrame for the events of several files, sorted by start (each file arrives
     sorted, so the merge is cheap); built column by column to keep memory low."""
     n = sum(len(p.start) for p in parts)
-    start = _fill(parts, lambda p: p.start, n, np.float64, None)
-    order = np.argsort(start, kind="stable") if len(parts) > 1 else None
-    start = start if order is None else start[order]
-    dur = _fill(parts, lambda p: p.dur, n, np.float64, order)
-    rank = _fill(parts, lambda p: p.ranks if p.ranks is not None else
-                 np.full(len(p.start), p.header.rank, np.int32), n, np.int32, order)
-    text = {c: _codes(parts, c, n, order) for c in ("name", "cat", "pid", "tid",
-                                                   "collective", "shapes", "stream")}
     merged = any(p.ranks is not None for p in parts)
     thread_names = {(p.header.rank if p.ranks is None else int(pid),) + (pid, tid): label
                     for p in parts for (pid, tid), label in p.thread_names.items()}
-    step = _fill(parts, lambda p: p.step, n, np.int32, order)
+    for part in parts:  # a rank per event, for the merge below
+        if part.ranks is None:
+            part.ranks = np.full(len(part.start), part.header.rank, np.int32)
+    start = _fill(parts, _take("start"), n, np.float64, None)
+    order = np.argsort(start, kind="stable") if len(parts) > 1 else None
+    start = start if order is None else start[order]
+    dur = _fill(parts, _take("dur"), n, np.float64, order)
+    rank = _fill(parts, _take("ranks"), n, np.int32, order)
+    step = _fill(parts, _take("step"), n, np.int32, order)
+    text = {c: _codes(parts, c, n, order) for c in ("name", "cat", "pid", "tid",
+                                                   "collective", "shapes", "stream")}
+    del order
     kind = _kinds(text["name"], text["cat"])
     name = _categorical(*text["name"])
     end = start + dur
