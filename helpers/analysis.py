@@ -144,7 +144,11 @@ def waiting_per_step(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.
 
 
 def find_straggler(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> int:
-    """The rank the others wait for: the one that waits least in collectives (median per step)."""
+    """The rank the others wait for: the one that waits least in collectives (median per step).
+
+    It always names a rank, even in a run without a straggler (two ranks never wait exactly as
+    long): compare the others' waiting with a normal run's before calling it a straggler.
+    """
     waits = waiting_per_step(events, names)
     if waits.empty:
         raise ValueError("no collectives inside profiler steps: a straggler can only be found in "
@@ -209,5 +213,8 @@ def by_rpc_node(events: pd.DataFrame) -> pd.DataFrame:
     """The events of a legacy-profiler RPC trace with ``rank`` set to the node that ran each
     one: the caller's own events are node 0's, and the remote events it received sit on
     lanes named ``node_id:N, thread_id:T``. Draw the result with ``row_label="node"``."""
-    node = events["lane"].astype(str).str.extract(r"node_id:(\d+)")[0]
-    return events.assign(rank=pd.to_numeric(node).fillna(0).astype(np.int32).to_numpy())
+    lane = events["lane"].astype(str)
+    node = pd.to_numeric(lane.str.extract(r"node_id:(\d+)")[0]).fillna(0).astype(np.int32)
+    thread = lane.str.extract(r"thread_id:(\d+)")[0]
+    named = lane.where(thread.isna(), "thread " + thread.fillna(""))  # "thread 4", not the raw tid
+    return events.assign(rank=node.to_numpy(), lane=pd.Categorical(named))

@@ -42,45 +42,13 @@ from typing import Iterable, Sequence
 from . import recorded
 from ._guard import RUN_MARKER, processes_of_run, release_guard, start_guard, stop_run_processes
 from .kineto_noise import NOISE  # harmless profiler lines: kept in the logs, not echoed
-from .runs import LOGS_DIR, RunRecord, _shorten_paths, new_run_dir
+from .runs import (LOGS_DIR, LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted,
+                   RunRecord, RunTimedOut, _shorten_paths, new_run_dir)
 
 __all__ = ["launch", "Device", "choose_device", "free_port", "processes_of_run", "LaunchError",
            "RankFailed", "RunTimedOut", "RendezvousTimedOut", "RunInterrupted"]
 
 LAST_LINES = 20  # lines of a failing rank's output quoted in the error
-
-
-# ----------------------------------------------------------------------------- errors
-
-class LaunchError(RuntimeError):
-    """A run did not finish cleanly. ``record`` is its :class:`RunRecord`."""
-
-    def __init__(self, message: str, record: RunRecord):
-        super().__init__(message)
-        self.record = record
-
-
-class RankFailed(LaunchError):
-    """A rank exited with a non-zero code; the other ranks were stopped."""
-
-    def __init__(self, message: str, record: RunRecord, rank: int, exit_code: int,
-                 last_lines: list[str]):
-        super().__init__(message, record)
-        self.rank = rank
-        self.exit_code = exit_code
-        self.last_lines = last_lines
-
-
-class RunTimedOut(LaunchError):
-    """The run was still going after its timeout and was killed as a whole."""
-
-
-class RendezvousTimedOut(LaunchError):
-    """Not every node joined the rendezvous before its join timeout."""
-
-
-class RunInterrupted(LaunchError):
-    """The kernel (or Ctrl-C) interrupted the run; every process was stopped."""
 
 
 # ----------------------------------------------------------------------------- device

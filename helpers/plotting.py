@@ -30,6 +30,7 @@ COLLAPSED_COMMUNICATION = 0.4
 #: they fill only the upper part of the row (this fraction), behind the work they enclose, so a
 #: thread that waits inside one shows the annotation alone, not a full bar.
 ANNOTATION_HEIGHT = 0.45
+STEP_TICK = "#333333"  # marks where each profiler step begins
 _LAYER = {k.name: k.layer for k in KINDS}
 
 
@@ -105,8 +106,8 @@ def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span:
         s0, s1, r = _merged_bars(x0[mine], x1[mine], row[mine],
                                  -1e-9 if k == "step" else span * MERGE_FRACTION)
         base = row_y[r]
-        if k == "step":  # a thin band at the top of the row, with a gap between steps
-            b0, b1 = base - 0.14, base - 0.03
+        if k == "step":  # a thin band at the top of the row, a tick where each step begins
+            b0, b1 = base - 0.16, base - 0.03
         elif k == "communication" and not lanes:
             b0, b1 = base + 0.8 * (1 - COLLAPSED_COMMUNICATION), base + 0.8
         elif k == "annotation":
@@ -121,6 +122,9 @@ def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span:
         edge = "white" if k == "step" else "none"
         ax.add_collection(PolyCollection(verts, facecolors=KIND_COLORS[k], edgecolors=edge,
                                          linewidths=0.8 if k == "step" else 0, label=k))
+        if k == "step":  # a dark tick where each step begins: visible at any zoom
+            ax.add_collection(LineCollection(np.stack([np.c_[s0, b0 - 0.06], np.c_[s0, b1 + 0.06]],
+                                                      axis=1), colors=STEP_TICK, linewidths=1.2))
 
 
 def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | None = None,
@@ -136,9 +140,9 @@ def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | No
     lanes: one lane per thread / GPU stream inside each rank's row. Without lanes, a rank's
         threads share one row and communication fills its lower part, so the compute that
         runs at the same time on another thread stays visible.
-    kinds: only these kinds (default: all but ``other``). Steps are a thin band at the top
-        of each row, with a white gap where one step ends and the next begins; annotations
-        fill the upper part of a row, behind the work they enclose.
+    kinds: only these kinds (default: all but ``other``). Steps are a thin grey band at the
+        top of each row, with a dark tick where each step begins; annotations fill the upper
+        part of a row, behind the work they enclose.
     nodes: ``{node: [ranks]}`` (``RunRecord.nodes``): rows grouped and labelled by node.
     row_label: what a row is called on the y axis (``rank``, ``worker``, ``process``).
     """

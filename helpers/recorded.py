@@ -23,7 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from .runs import LOGS_DIR, MANIFEST_NAME, REPO_ROOT, RunRecord, new_run_dir
+from .runs import (LOGS_DIR, MANIFEST_NAME, REPO_ROOT, LaunchError, RankFailed, RendezvousTimedOut,
+                   RunInterrupted, RunRecord, RunTimedOut, new_run_dir)
 
 __all__ = ["RECORDINGS_ROOT", "RecordingMissing", "use_recorded_runs", "replaying", "recording",
            "replay", "save_recording"]
@@ -146,8 +147,6 @@ def replay(script: Path, nproc: int, experiment: str, args: Sequence[str], nnode
 
 
 def _recorded_error(spec: dict, record: RunRecord) -> Exception:
-    from .launch import LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted, RunTimedOut
-
     cls = {c.__name__: c for c in (LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted,
                                    RunTimedOut)}[spec["type"]]
     message = spec["message"].replace(_RUN_DIR_MARK, record.relative_dir())

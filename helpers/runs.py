@@ -26,7 +26,8 @@ from pathlib import Path
 from .kineto_noise import NOISE
 
 __all__ = ["REPO_ROOT", "TRACES_ROOT", "MANIFEST_NAME", "LOGS_DIR", "CACHE_DIR", "RunRecord",
-           "new_run_dir", "show_path"]
+           "new_run_dir", "show_path", "LaunchError", "RankFailed", "RunTimedOut",
+           "RendezvousTimedOut", "RunInterrupted"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRACES_ROOT = REPO_ROOT / "traces"
@@ -145,6 +146,39 @@ class RunRecord:
         data["nodes"] = {int(k): v for k, v in data.get("nodes", {}).items()}
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# ------------------------------------------------------------- how a run can end badly
+
+class LaunchError(RuntimeError):
+    """A run did not finish cleanly. ``record`` is its :class:`RunRecord`."""
+
+    def __init__(self, message: str, record: RunRecord):
+        super().__init__(message)
+        self.record = record
+
+
+class RankFailed(LaunchError):
+    """A rank exited with a non-zero code; the other ranks were stopped."""
+
+    def __init__(self, message: str, record: RunRecord, rank: int, exit_code: int,
+                 last_lines: list[str]):
+        super().__init__(message, record)
+        self.rank = rank
+        self.exit_code = exit_code
+        self.last_lines = last_lines
+
+
+class RunTimedOut(LaunchError):
+    """The run was still going after its timeout and was killed as a whole."""
+
+
+class RendezvousTimedOut(LaunchError):
+    """Not every node joined the rendezvous before its join timeout."""
+
+
+class RunInterrupted(LaunchError):
+    """The kernel (or Ctrl-C) interrupted the run; every process was stopped."""
 
 
 def _list_files(run_dir: Path) -> dict[str, int]:

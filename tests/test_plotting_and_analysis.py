@@ -205,7 +205,7 @@ def test_the_legacy_rpc_timeline_draws_the_remote_ops_on_a_node_1_row(tmp_path):
     fig = plot_rank_timeline(events, row_label="node", lanes=True)
 
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert labels == ["node 0 · thread 1", "node 1 · thread  node_id:1, thread_id:4 "]
+    assert labels == ["node 0 · thread 1", "node 1 · thread 4"]
     node1 = _row_top(fig, labels[1])
     remote_compute = [b for b in _bars_at(fig, KIND_COLORS["compute"]) if b[2] >= node1 - 1e-9]
     remote_annotation = [b for b in _bars_at(fig, KIND_COLORS["annotation"]) if b[2] >= node1 - 1e-9]
@@ -233,9 +233,16 @@ def test_rows_are_grouped_and_labelled_by_node(two_ranks):
     assert labels == ["node 0 · rank 1", "node 1 · rank 0"]
 
 
-def test_steps_are_drawn_with_a_visible_gap_between_them(two_ranks):
+def test_steps_are_drawn_with_a_tick_where_each_one_begins(two_ranks):
+    from matplotlib.collections import LineCollection
+
+    from helpers.plotting import STEP_TICK
+
     fig = plot_rank_timeline(two_ranks)
     steps = next(c for c in fig.axes[0].collections if isinstance(c, PolyCollection)
                  and to_hex(c.get_facecolor()[0]) == KIND_COLORS["step"])
     assert len(steps.get_paths()) == 6  # three steps on each rank, none joined
-    assert to_hex(steps.get_edgecolor()[0]) == "#ffffff"
+    ticks = next(c for c in fig.axes[0].collections if isinstance(c, LineCollection)
+                 and to_hex(c.get_color()[0]) == STEP_TICK)
+    starts = sorted(round(seg[0][0], 3) for seg in ticks.get_segments())
+    assert starts == sorted(round(x, 3) for x in two_ranks.loc[two_ranks["kind"] == "step", "rel_us"] / 1e3)
