@@ -21,9 +21,9 @@ __all__ = ["script_from_lesson", "LESSONS_DIR"]
 LESSONS_DIR = REPO_ROOT / "notebooks"
 
 
-def script_from_lesson(script: str, lesson: str, dest: str | Path = ".") -> Path:
+def script_from_lesson(script: str, lesson: str, dest: str | Path = ".") -> None:
     """Write ``script`` into ``dest`` (default: the current folder) from the ``%%writefile``
-    cell of ``lesson`` (a notebook in ``notebooks/``); returns the path written."""
+    cell of ``lesson`` (a notebook in ``notebooks/``), and say so."""
     notebook = LESSONS_DIR / lesson
     if not notebook.is_file():
         raise FileNotFoundError(f"{show_path(notebook)}: no such lesson")
@@ -35,5 +35,5 @@ def script_from_lesson(script: str, lesson: str, dest: str | Path = ".") -> Path
             path = Path(dest) / script
             path.write_text(body)
             print(f"{script} written from lesson {lesson}")
-            return path
+            return
     raise LookupError(f"{show_path(notebook)} has no %%writefile {script} cell")

@@ -15,7 +15,8 @@ from helpers.lessons import script_from_lesson
 def hung_run(tmp_path_factory):
     """A real 2-rank gloo job where rank 1 calls broadcast instead of all_reduce at step 4."""
     folder = tmp_path_factory.mktemp("hang")
-    script = script_from_lesson("hang.py", "08_when_a_job_hangs.ipynb", dest=folder)
+    script_from_lesson("hang.py", "08_when_a_job_hangs.ipynb", dest=folder)
+    script = folder / "hang.py"
     with pytest.raises(RankFailed) as caught:
         launch(script, 2, args=["--bug", "different", "--bug-step", "4"], echo=False,
                traces_root=folder / "traces", timeout=90)
