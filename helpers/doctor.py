@@ -99,7 +99,7 @@ def _cores_memory_disk() -> list[Check]:
         Check("memory", "PASS" if memory_gb >= MIN_MEMORY_GB else "FAIL",
               f"{memory_gb:.1f} GB (4 ranks of ResNet-18 need about 3 GB)"),
         Check("disk for traces", "PASS" if disk_gb >= MIN_DISK_GB else "FAIL",
-              f"{disk_gb:.1f} GB free in traces/ (a full run of the series writes about 200 MB)"),
+              f"{disk_gb:.1f} GB free in traces/ (a full run of the series writes up to about 200 MB)"),
     ]
 
 
