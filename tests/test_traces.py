@@ -2,13 +2,11 @@
 
 import gzip
 import json
-import warnings
 
 import pandas as pd
 import pytest
 
 from helpers.analysis import shift_ranks
-from helpers.kinds import event_kind
 from helpers.traces import (TraceError, TraceWarning, gather_traces, load_run, load_trace,
                             merge_traces)
 
