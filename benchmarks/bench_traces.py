@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -140,10 +139,11 @@ def timeline_seconds(n_events: int, out: Path) -> float:
 
 
 def loading(files, limit_mbs: float, json_mbs: float) -> None:
+    from helpers.runs import usable_cores
     from helpers.traces import load_run
 
     mb = megabytes(files)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     one = best_of(lambda: load_run(files, workers=1, cache=False, progress=False), 2)
     all_cores = best_of(lambda: load_run(files, workers=cores, cache=False, progress=False), 2)
     print(f"load_run, one core:    {one:6.2f} s = {mb / one:4.0f} MB/s "
@@ -159,7 +159,7 @@ def loading(files, limit_mbs: float, json_mbs: float) -> None:
           f"({(1 - window / one) * 100:.0f} % less time than the whole run)")
 
 
-def caching(files, folder: Path) -> None:
+def caching(folder: Path) -> None:
     from helpers.traces import load_run
 
     shutil.rmtree(folder / ".cache", ignore_errors=True)
@@ -195,7 +195,7 @@ def main() -> None:
         print(f"the limit (msgspec, ph/ts/dur only, one core): {limit_mbs:4.0f} MB/s")
         print(f"json.load (16 of the ranks):                   {json_mbs:4.0f} MB/s")
         loading(files, limit_mbs, json_mbs)
-        caching(files, run)
+        caching(run)
 
         print("\n== memory (a one-core load in a fresh process)")
         mem = peak_memory(files)

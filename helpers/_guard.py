@@ -9,7 +9,7 @@ holds the read end of a pipe whose write end only the launching process has. Whe
 launcher finishes the run it writes ``done`` and the guard exits. When the launching
 process ends any other way (SIGKILL, SIGTERM, the OOM killer, a crashed kernel) the pipe
 closes without ``done``: the guard stops every process of the run and marks the run's
-manifest ``launcher died``. This file runs as a plain script (``python _guard.py RUN_DIR
+manifest ``launcher died``. This file runs as a plain script (``python _guard.py MANIFEST
 RUN_ID``), so the guard starts without importing the helpers package.
 """
 
@@ -76,9 +76,8 @@ def stop_run_processes(agents: Sequence[subprocess.Popen], run_id: str,
             pass
 
 
-def _mark_launcher_died(run_dir: Path) -> None:
-    """Say in the manifest that the run ended because its launcher did."""
-    path = run_dir / "run.json"
+def _mark_launcher_died(path: Path) -> None:
+    """Say in the manifest (``path``) that the run ended because its launcher did."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -94,11 +93,11 @@ def _mark_launcher_died(run_dir: Path) -> None:
     os.replace(tmp, path)
 
 
-def start_guard(run_dir: Path, run_id: str) -> tuple[subprocess.Popen, int]:
+def start_guard(manifest: Path, run_id: str) -> tuple[subprocess.Popen, int]:
     """Start the guard of a run; returns it and the pipe's write end (close it with
     :func:`release_guard` when the run is over)."""
     read_end, write_end = os.pipe()
-    guard = subprocess.Popen([sys.executable, "-I", __file__, str(run_dir), run_id], stdin=read_end,
+    guard = subprocess.Popen([sys.executable, "-I", __file__, str(manifest), run_id], stdin=read_end,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)  # not killed with the launcher's group
     os.close(read_end)
@@ -114,13 +113,13 @@ def release_guard(guard: subprocess.Popen, write_end: int) -> None:
     guard.wait(timeout=10)
 
 
-def _guard_main(run_dir: str, run_id: str) -> None:
+def _guard_main(manifest: str, run_id: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the launcher's
     said = sys.stdin.buffer.read()  # returns when the launcher writes done or dies
     if DONE in said:
         return
     stop_run_processes([], run_id)
-    _mark_launcher_died(Path(run_dir))
+    _mark_launcher_died(Path(manifest))
 
 
 if __name__ == "__main__":

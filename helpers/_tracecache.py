@@ -28,19 +28,23 @@ FORMAT = 1  # change when the columns or their meaning change
 KEEP = 4  # cache files kept per folder (the most recent)
 
 
-def _path(folder: Path, items, options: dict) -> Path:
+def cache_file(folder: Path, items, options: dict) -> Path | None:
+    """The cache file of a load of ``items`` (with these options) from ``folder``: its name
+    changes when a file changes. None when a file cannot be looked at."""
     stats = []
-    for path, rank in items:
-        st = path.stat()
-        stats.append([str(path.resolve()), rank, st.st_size, st.st_mtime_ns])
+    try:
+        for path, rank in items:
+            st = path.stat()
+            stats.append([str(path.resolve()), rank, st.st_size, st.st_mtime_ns])
+    except OSError:
+        return None
     key = hashlib.sha1(json.dumps([FORMAT, stats, options], sort_keys=True).encode()).hexdigest()
     return folder / CACHE_DIR / f"events-{key[:16]}.npz"
 
 
-def read(folder: Path, items, options: dict):
-    """``(events, headers, skipped)`` from the cache, or None when there is none that fits."""
+def read(path: Path):
+    """``(events, headers, skipped)`` from the cache file, or None when it is not there."""
     try:
-        path = _path(folder, items, options)
         if not path.is_file():
             return None
         with np.load(path, allow_pickle=False) as data:
@@ -64,10 +68,9 @@ def _column(data, name: str, spec: dict):
     return data[name]
 
 
-def write(folder: Path, items, options: dict, events: pd.DataFrame, headers, skipped) -> None:
-    """Keep a load in the cache (silently nothing when the folder cannot be written)."""
+def write(path: Path, events: pd.DataFrame, headers, skipped) -> None:
+    """Keep a load in the cache file (silently nothing when it cannot be written)."""
     try:
-        path = _path(folder, items, options)
         arrays, columns = {}, {}
         for name in events.columns:
             values = events[name].array

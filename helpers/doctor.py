@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
-import os
 import shutil
 import sys
 import tempfile
@@ -22,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .runs import REPO_ROOT, TRACES_ROOT
+from .runs import REPO_ROOT, TRACES_ROOT, usable_cores
 
 __all__ = ["Check", "run_checks", "main"]
 
@@ -30,6 +29,7 @@ MIN_PYTHON = (3, 10)
 MIN_CORES = 2
 MIN_MEMORY_GB = 4.0
 MIN_DISK_GB = 2.0
+REQUIREMENTS = REPO_ROOT / "requirements.txt"  # the pins the series is tested with
 
 
 @dataclass
@@ -66,7 +66,8 @@ def _pins(requirements: Path) -> dict[str, str]:
 
 def _packages(requirements: Path) -> Check:
     missing, other = [], []
-    for name, version in _pins(requirements).items():
+    pins = _pins(requirements)
+    for name, version in pins.items():
         try:
             installed = importlib.metadata.version(name)
             importlib.import_module(name.replace("-", "_"))  # each pin imports under its name
@@ -83,13 +84,13 @@ def _packages(requirements: Path) -> Check:
                                          f"(or the offline install in INSTRUCTORS.md)")
     if other:
         return Check("packages", "WARN", f"other versions than pinned: {', '.join(other)}")
-    return Check("packages", "PASS", f"all {len(_pins(requirements))} pinned packages import")
+    return Check("packages", "PASS", f"all {len(pins)} pinned packages import")
 
 
 def _cores_memory_disk() -> list[Check]:
     import psutil
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     memory_gb = psutil.virtual_memory().total / 1e9
     TRACES_ROOT.mkdir(exist_ok=True)
     disk_gb = shutil.disk_usage(TRACES_ROOT).free / 1e9
@@ -200,22 +201,20 @@ def _store_exposure() -> Check:
                  f"going. See INSTRUCTORS.md (firewall rule)", live=False)
 
 
-def run_checks(requirements: Path = REPO_ROOT / "requirements.txt", launch_job: bool = True) -> list[Check]:
+def run_checks(requirements: Path = REQUIREMENTS) -> list[Check]:
     """Every check, in order; later checks are skipped when the packages are missing."""
     checks = [_python(), _packages(requirements)]
     checks += _cores_memory_disk()
     if checks[1].status == "FAIL":
         return checks
-    checks += _distributed() + [_port()]
-    if launch_job:
-        checks.append(_two_rank_job())
+    checks += _distributed() + [_port(), _two_rank_job()]
     checks += _gpus() + [_store_exposure()]
     return checks
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.doctor", description=__doc__.splitlines()[0])
-    parser.add_argument("--requirements", type=Path, default=REPO_ROOT / "requirements.txt",
+    parser.add_argument("--requirements", type=Path, default=REQUIREMENTS,
                         help="the pinned requirements to check (default: the series')")
     opts = parser.parse_args(argv)
     checks = run_checks(opts.requirements)

@@ -42,8 +42,8 @@ from typing import Iterable, Sequence
 from . import recorded
 from ._guard import RUN_MARKER, processes_of_run, release_guard, start_guard, stop_run_processes
 from .kineto_noise import NOISE  # harmless profiler lines: kept in the logs, not echoed
-from .runs import (LOGS_DIR, LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted,
-                   RunRecord, RunTimedOut, _shorten_paths, new_run_dir)
+from .runs import (LOGS_DIR, MANIFEST_NAME, LaunchError, RankFailed, RendezvousTimedOut,
+                   RunInterrupted, RunRecord, RunTimedOut, _shorten_paths, new_run_dir)
 
 __all__ = ["launch", "Device", "choose_device", "free_port", "processes_of_run", "LaunchError",
            "RankFailed", "RunTimedOut", "RendezvousTimedOut", "RunInterrupted"]
@@ -380,9 +380,7 @@ def _new_record(script: Path, args: Sequence[str], nproc: int, nnodes: int, devi
         started=_dt.datetime.now().isoformat(timespec="seconds"))
     record.save()
     if echo:
-        nodes = f" on {nnodes} nodes" if nnodes > 1 else ""
-        print(f"launching {script.name} with {record.world_size} ranks{nodes} ({device.kind}, "
-              f"{device.backend}) -> {record.relative_dir()}", flush=True)
+        print(f"launching {record.describe()}", flush=True)
     return record
 
 
@@ -411,11 +409,11 @@ def launch(script: str | Path, nproc: int | None = None, *, experiment: str | No
     """
     script = _existing_script(script)
     start_nodes = nnodes if start_nodes is None else start_nodes
-    if recorded.replaying():
-        return recorded.replay(script, nproc or 2, experiment or script.stem, args, nnodes,
-                               start_nodes, echo, traces_root)
-    device = choose_device(cpu=cpu)
+    device = choose_device(cpu=cpu)  # in recorded mode: the recordings' CPU
     nproc = nproc or device.nproc()
+    if recorded.replaying():
+        return recorded.replay(script, nproc, experiment or script.stem, args, nnodes,
+                               start_nodes, echo, traces_root)
     if nproc < 1 or nnodes < 1 or (netns and len(netns) != nnodes):
         raise ValueError(f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces: need at "
                          f"least one rank and one node, and a namespace per node if any")
@@ -424,7 +422,7 @@ def launch(script: str | Path, nproc: int | None = None, *, experiment: str | No
     commands = _agent_commands(script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout,
                                netns)
     record = _new_record(script, args, nproc, nnodes, device, run_dir, commands[0], echo)
-    guard, guard_pipe = start_guard(run_dir, run_id)
+    guard, guard_pipe = start_guard(run_dir / MANIFEST_NAME, run_id)
     try:
         run = _Run(record, commands[:start_nodes], _rank_environment(device, run_id, env),
                    node_dirs, echo)

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from .runs import (LOGS_DIR, MANIFEST_NAME, REPO_ROOT, LaunchError, RankFailed, RendezvousTimedOut,
+from .runs import (LOGS_DIR, REPO_ROOT, LaunchError, RankFailed, RendezvousTimedOut,
                    RunInterrupted, RunRecord, RunTimedOut, new_run_dir)
 
 __all__ = ["RECORDINGS_ROOT", "RecordingMissing", "use_recorded_runs", "replaying", "recording",
@@ -80,14 +80,14 @@ def save_recording(record: RunRecord, echoed: list[tuple[int, str]], error: Exce
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     files = []
-    for path in record.paths():
-        rel = path.relative_to(record.run_dir)
-        if rel.name == MANIFEST_NAME and len(rel.parts) == 1 or LOGS_DIR in rel.parts[:-1]:
+    for rel in record.files:  # listed by record.save() when the run finished
+        if LOGS_DIR in Path(rel).parts[:-1]:
             continue
-        target = dest / "files" / (str(rel) + ".gz")
+        target = dest / "files" / (rel + ".gz")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(gzip.compress(path.read_bytes(), compresslevel=9, mtime=0))
-        files.append(str(rel))
+        data = (record.run_dir / rel).read_bytes()
+        target.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+        files.append(rel)
     here = record.relative_dir()
     spec = None
     if error is not None:
@@ -127,18 +127,12 @@ def replay(script: Path, nproc: int, experiment: str, args: Sequence[str], nnode
         target = run_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(gzip.decompress((source / "files" / (rel + ".gz")).read_bytes()))
-    data = dict(saved["manifest"], run_id=run_id, replayed_from=source.name)
-    data.pop("run_dir")
-    record = RunRecord(run_dir=run_dir, **{k: v for k, v in data.items()
-                                           if k in RunRecord.__dataclass_fields__})
-    record.exit_codes = {int(k): v for k, v in record.exit_codes.items()}
-    record.nodes = {int(k): v for k, v in record.nodes.items()}
+    record = RunRecord.from_json(dict(saved["manifest"], run_id=run_id, replayed_from=source.name),
+                                 run_dir)
     record.output = {int(r): lines for r, lines in saved["output"].items()}
     record.save()
     if echo:
-        nodes = f" on {nnodes} nodes" if nnodes > 1 else ""
-        print(f"replaying a recorded run of {script.name} with {record.world_size} ranks{nodes} "
-              f"({record.device}, {record.backend}) -> {record.relative_dir()}", flush=True)
+        print(f"replaying a recorded run of {record.describe()}", flush=True)
         for rank, line in saved["echoed"]:
             print(f"[rank{rank}] {line}", flush=True)
     if saved["error"]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from .kineto_noise import NOISE
 
 __all__ = ["REPO_ROOT", "TRACES_ROOT", "MANIFEST_NAME", "LOGS_DIR", "CACHE_DIR", "RunRecord",
-           "new_run_dir", "show_path", "LaunchError", "RankFailed", "RunTimedOut",
+           "new_run_dir", "show_path", "usable_cores", "LaunchError", "RankFailed", "RunTimedOut",
            "RendezvousTimedOut", "RunInterrupted"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +34,12 @@ TRACES_ROOT = REPO_ROOT / "traces"
 MANIFEST_NAME = "run.json"  # the manifest in every run folder
 LOGS_DIR = "logs"  # torchrun's per-rank log files, in every node's folder
 CACHE_DIR = ".cache"  # the trace loader's cache, in a folder of traces
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
 
 
 def show_path(path: str | os.PathLike) -> str:
@@ -106,6 +112,13 @@ class RunRecord:
         """The run folder as a notebook should show it (see :func:`show_path`)."""
         return show_path(self.run_dir)
 
+    def describe(self) -> str:
+        """One line saying what ran where: ``train.py with 4 ranks on 2 nodes (cpu, gloo) ->
+        traces/ddp/<run-id>`` (``on N nodes`` only when there is more than one)."""
+        nodes = f" on {self.nnodes} nodes" if self.nnodes > 1 else ""
+        return (f"{self.script} with {self.world_size} ranks{nodes} ({self.device}, "
+                f"{self.backend}) -> {self.relative_dir()}")
+
     def torchrun_command(self) -> str:
         """The command line of node 0's torchrun agent as it was run, paths inside the
         repository written relative to it."""
@@ -140,8 +153,12 @@ class RunRecord:
         if not path.is_file():
             raise FileNotFoundError(f"{show_path(path)}: no run manifest here; is this a run "
                                     f"folder made by helpers.launch?")
-        data = json.loads(path.read_text())
-        data["run_dir"] = run_dir
+        return cls.from_json(json.loads(path.read_text()), run_dir)
+
+    @classmethod
+    def from_json(cls, data: dict, run_dir: Path) -> "RunRecord":
+        """The record that :meth:`to_json` wrote, its folder now ``run_dir``."""
+        data = dict(data, run_dir=run_dir)
         data["exit_codes"] = {int(k): v for k, v in data["exit_codes"].items()}
         data["nodes"] = {int(k): v for k, v in data.get("nodes", {}).items()}
         known = set(cls.__dataclass_fields__)

@@ -39,7 +39,7 @@ from . import _tracecache
 from ._tracefile import (GPU_CATEGORIES, RANK_IN_NAME, FileColumns, TraceError,
                          TraceHeader, TraceWarning, read_bytes, read_columns)
 from .kinds import KIND_NAMES, event_kind
-from .runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path
+from .runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path, usable_cores
 
 __all__ = ["TraceError", "TraceWarning", "TraceHeader", "Trace", "RunTraces", "load_trace",
            "load_run", "trace_files", "merge_traces", "gather_traces"]
@@ -227,8 +227,7 @@ def _default_workers(items: Sequence[tuple[Path, int | None]]) -> int:
     sizes = [p.stat().st_size if p.is_file() else 0 for p, _ in items]
     if len(items) < 2 or sum(sizes) < PARALLEL_FROM_BYTES:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cores or 1, len(items)))
+    return max(1, min(usable_cores(), len(items)))
 
 
 def _read_files(items: Sequence[tuple[Path, int | None]], strict: bool, steps,
@@ -353,13 +352,14 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
     items = _wanted(items, ranks)
     options = {"strict": strict, "ranks": None if ranks is None else sorted(set(ranks)),
                "steps": steps}
-    cached = _tracecache.read(folder, items, options) if cache and folder else None
+    cache_file = _tracecache.cache_file(folder, items, options) if cache and folder else None
+    cached = _tracecache.read(cache_file) if cache_file else None
     if cached is not None:
         run = RunTraces(*cached)
     else:
         run = _load_files(items, strict, ranks, steps, workers, progress)
-        if cache and folder:
-            _tracecache.write(folder, items, options, run.events, run.headers, run.skipped)
+        if cache_file:
+            _tracecache.write(cache_file, run.events, run.headers, run.skipped)
     _check_expected(run.headers, expect_ranks, folder)
     _check_ranks(run.headers)
     if same_run:

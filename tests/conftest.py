@@ -7,6 +7,7 @@ import gzip
 import json
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -115,8 +116,17 @@ dist.destroy_process_group()
 
 
 @pytest.fixture
-def script(tmp_path: Path) -> Path:
+def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
+    """``write_script(name, source)`` writes ``source`` (dedented) to ``tmp_path / name`` and
+    returns the path: a script for a test to launch."""
+    def write(name: str, source: str) -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        return path
+    return write
+
+
+@pytest.fixture
+def script(write_script) -> Path:
     """A script that reports its rank in RUN_DIR; ``fail`` makes rank 2 exit 7, ``hang`` sleeps."""
-    path = tmp_path / "ranks.py"
-    path.write_text(textwrap.dedent(RANKS_SCRIPT))
-    return path
+    return write_script("ranks.py", RANKS_SCRIPT)

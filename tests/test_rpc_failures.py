@@ -1,6 +1,5 @@
 """RPC runs that go wrong end promptly with a clear error and leave no process behind."""
 
-import textwrap
 import time
 
 import pytest
@@ -28,10 +27,8 @@ rpc.shutdown()
 
 
 @pytest.fixture
-def rpc_script(tmp_path):
-    path = tmp_path / "rpc_job.py"
-    path.write_text(textwrap.dedent(RPC_SCRIPT))
-    return path
+def rpc_script(write_script):
+    return write_script("rpc_job.py", RPC_SCRIPT)
 
 
 def test_a_worker_that_raises_ends_the_run_with_its_error(rpc_script, tmp_path):

@@ -2,7 +2,6 @@
 keeps a thread busy in every idle RPC process; the TCP transport ("uv") does not."""
 
 import json
-import textwrap
 
 import pytest
 
@@ -29,10 +28,8 @@ rpc.shutdown()
 
 
 @pytest.fixture
-def idle_worker(tmp_path):
-    path = tmp_path / "idle_worker.py"
-    path.write_text(textwrap.dedent(IDLE_WORKER))
-    return path
+def idle_worker(write_script):
+    return write_script("idle_worker.py", IDLE_WORKER)
 
 
 def idle_cpu(idle_worker, tmp_path, transport: str) -> list[float]:
