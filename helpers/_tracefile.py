@@ -173,7 +173,8 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
-def _decode_error(path: Path, err: msgspec.DecodeError) -> TraceError:
+def decode_error(path: Path, err: msgspec.DecodeError) -> TraceError:
+    """The TraceError that says, in words, why ``path`` did not parse."""
     text = str(err)
     if isinstance(err, msgspec.ValidationError):
         return TraceError(path, "has no 'traceEvents' list of events: not a Chrome/Kineto trace "
@@ -201,9 +202,9 @@ def decode(path: Path, data: bytes, notes: list[str]) -> _Doc:
         try:
             return _lenient(_LENIENT.decode(data), notes)
         except msgspec.DecodeError as err:
-            raise _decode_error(path, err) from None
+            raise decode_error(path, err) from None
     except msgspec.DecodeError as err:
-        raise _decode_error(path, err) from None
+        raise decode_error(path, err) from None
 
 
 def _number(value: Any) -> float | None:

@@ -37,7 +37,7 @@ import pandas as pd
 
 from . import _tracecache
 from ._tracefile import (GPU_CATEGORIES, RANK_IN_NAME, FileColumns, TraceError,
-                         TraceHeader, TraceWarning, read_bytes, read_columns)
+                         TraceHeader, TraceWarning, decode_error, read_bytes, read_columns)
 from .kinds import KIND_NAMES, event_kind
 from .runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path, usable_cores
 
@@ -320,11 +320,10 @@ def _items(source) -> tuple[list[tuple[Path, int | None]], Path | None]:
     return items, None
 
 
-def _wanted(items, ranks: Iterable[int] | None):
+def _wanted(items, wanted: set[int] | None):
     """Leave out, before reading them, files whose name says they are of a rank not wanted."""
-    if ranks is None:
+    if wanted is None:
         return items
-    wanted = set(ranks)
     return [(p, r) for p, r in items if r in wanted or r is None and (
         (m := RANK_IN_NAME.search(p.name)) is None or int(m.group(1)) in wanted)]
 
@@ -348,16 +347,17 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
 
     ``events`` gets ``rel_us``: µs since the earliest event of the whole run.
     """
+    wanted = None if ranks is None else set(ranks)  # read once: ranks may be an iterator
     items, folder = _items(source)
-    items = _wanted(items, ranks)
-    options = {"strict": strict, "ranks": None if ranks is None else sorted(set(ranks)),
+    items = _wanted(items, wanted)
+    options = {"strict": strict, "ranks": None if wanted is None else sorted(wanted),
                "steps": steps}
     cache_file = _tracecache.cache_file(folder, items, options) if cache and folder else None
     cached = _tracecache.read(cache_file) if cache_file else None
     if cached is not None:
         run = RunTraces(*cached)
     else:
-        run = _load_files(items, strict, ranks, steps, workers, progress)
+        run = _load_files(items, strict, wanted, steps, workers, progress)
         if cache_file:
             _tracecache.write(cache_file, run.events, run.headers, run.skipped)
     _check_expected(run.headers, expect_ranks, folder)
@@ -367,8 +367,8 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
     return run
 
 
-def _load_files(items, strict: bool, ranks, steps, workers, progress) -> RunTraces:
-    wanted = None if ranks is None else set(ranks)
+def _load_files(items, strict: bool, wanted: set[int] | None, steps, workers,
+                progress) -> RunTraces:
     parts: list[FileColumns] = []
     skipped: list[tuple[Path, str]] = []
     for (path, _), result in zip(items, _read_files(items, strict, steps, workers, progress)):
@@ -449,11 +449,12 @@ def _read_json(path: Path) -> dict:
     """Parse a trace file into plain Python objects, every field kept (for merging)."""
     data = read_bytes(path)
     try:
-        doc = msgspec.json.decode(data)
-    except UnicodeDecodeError:
-        doc = msgspec.json.decode(data.decode("utf-8", errors="replace").encode())
+        try:
+            doc = msgspec.json.decode(data)
+        except UnicodeDecodeError:
+            doc = msgspec.json.decode(data.decode("utf-8", errors="replace").encode())
     except msgspec.DecodeError as err:
-        raise TraceError(path, f"not valid JSON ({err})") from None
+        raise decode_error(path, err) from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

@@ -259,6 +259,18 @@ def test_merged_trace_round_trips_to_the_same_events(tmp_path, out_name, kineto,
     assert sort == {0: 0, 1: 1}
 
 
+def test_merging_a_file_truncated_since_it_was_loaded_says_it_is_truncated(tmp_path, kineto,
+                                                                         write):
+    write(tmp_path / "rank0.json", kineto(0))
+    write(tmp_path / "rank1.json", kineto(1))
+    run = load_run(tmp_path, cache=False)
+    text = (tmp_path / "rank1.json").read_text()
+    (tmp_path / "rank1.json").write_text(text[: len(text) // 2])
+
+    with pytest.raises(TraceError, match="rank1.json.*the file is truncated"):
+        merge_traces(run, tmp_path / "merged.json")
+
+
 def test_merging_real_gpu_traces_keeps_every_event(real_traces, tmp_path):
     files = sorted((real_traces / "hta" / "trace_filter").glob("*.json.gz"))
     run = load_run(files)
@@ -478,6 +490,11 @@ def test_a_window_of_steps_that_a_file_lacks_names_the_steps_it_has(eight_ranks)
 def test_asking_for_some_ranks_does_not_read_the_files_of_the_others(eight_ranks):
     (eight_ranks / "rank7.json").write_text("not even JSON")
     assert load_run(eight_ranks, ranks=[0, 2], cache=False).ranks == [0, 2]
+
+
+def test_ranks_may_be_given_as_an_iterator(eight_ranks):
+    assert load_run(eight_ranks, ranks=iter([2, 0]), cache=False).ranks == [0, 2]
+    assert load_run(eight_ranks, ranks=(r for r in [5])).ranks == [5]
 
 
 def test_the_progress_line_appears_only_when_asked_or_slow(eight_ranks, capsys):
