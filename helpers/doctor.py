@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import shutil
 import sys
 import tempfile
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .recorded import use_recorded_runs
 from .runs import REPO_ROOT, TRACES_ROOT, usable_cores
 
 __all__ = ["Check", "run_checks", "main"]
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requirements", type=Path, default=REQUIREMENTS,
                         help="the pinned requirements to check (default: the series')")
     opts = parser.parse_args(argv)
+    use_recorded_runs(False)  # the doctor checks live launching, whatever PDP_RECORDED says,
+    os.environ.pop("PDP_RECORD", None)  # and its tiny job is never saved as a recording
     checks = run_checks(opts.requirements)
     for check in checks:
         print(check.line(), flush=True)

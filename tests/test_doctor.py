@@ -1,15 +1,17 @@
 """The pre-flight check: passes on a machine that can run the lessons, fails with a clear line
 when it cannot."""
 
+import os
 import subprocess
 import sys
 
 from conftest import REPO
 
 
-def doctor(*args: str) -> subprocess.CompletedProcess:
+def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "helpers.doctor", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_this_machine_is_ready_for_the_live_lessons():
@@ -18,6 +20,12 @@ def test_this_machine_is_ready_for_the_live_lessons():
     assert "PASS  2-rank gloo job" in done.stdout
     assert "PASS  torch.distributed.rpc" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith("READY")
+
+
+def test_the_doctor_launches_for_real_even_in_recorded_mode():
+    done = doctor(env={"PDP_RECORDED": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS  2-rank gloo job" in done.stdout
 
 
 def test_a_missing_package_fails_with_its_name_and_points_to_recorded_mode(tmp_path):
