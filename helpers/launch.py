@@ -29,6 +29,7 @@ import datetime as _dt
 import os
 import queue
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -238,6 +239,32 @@ def _rank_environment(device: Device, run_id: str, extra: dict[str, str] | None)
     return env
 
 
+class _CtrlC:
+    """Inside its ``with`` block (on the main thread), Ctrl-C (SIGINT, also a notebook's
+    interrupt button) sets ``pressed`` instead of raising KeyboardInterrupt wherever the code
+    happens to be: raised in the middle of the launcher's own work, it could leave a lock
+    taken (in a queue, say) and hang the launcher."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous = None
+        self._installed = False
+
+    def _press(self, signum, frame) -> None:
+        self.pressed = True
+
+    def __enter__(self) -> "_CtrlC":
+        if threading.current_thread() is threading.main_thread():  # Python allows no other
+            self._previous = signal.signal(signal.SIGINT, self._press)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None
+                          else signal.default_int_handler)
+
+
 class _Run:
     """The live part of a launch: the agents, what the ranks print, how the run ends."""
 
@@ -270,8 +297,11 @@ class _Run:
         ends the watch), the timeout passes (``timeout``) or the kernel is interrupted
         (``interrupted``). The run's processes are stopped in every case."""
         outcome = "ok"
-        try:
+        with _CtrlC() as ctrl_c:
             while not all(a.finished for a in self.agents):
+                if ctrl_c.pressed:
+                    outcome = "interrupted"
+                    break
                 if time.monotonic() - self.t0 > timeout:
                     outcome = "timeout"
                     break
@@ -281,12 +311,10 @@ class _Run:
                 self.take_rank_lines()
                 if any(a.failed for a in self.agents):
                     break  # one node failed: stop the others rather than let them hang
-        except KeyboardInterrupt:
-            outcome = "interrupted"
-        stop_run_processes([a.process for a in self.agents], self.record.run_id,
-                           grace=1.0 if outcome == "ok" else 3.0)  # normally finds nothing left
-        for agent in self.agents:
-            agent.drain()
+            stop_run_processes([a.process for a in self.agents], self.record.run_id,
+                               grace=1.0 if outcome == "ok" else 3.0)  # normally finds nothing left
+            for agent in self.agents:
+                agent.drain()
         if outcome == "ok" and not all(a.finished and not a.failed for a in self.agents):
             outcome = "failed"
         return outcome

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.launch import (RankFailed, RendezvousTimedOut, RunTimedOut, choose_device, launch,
-                            processes_of_run)
+from helpers.launch import (RankFailed, RendezvousTimedOut, RunTimedOut, _CtrlC, choose_device,
+                            launch, processes_of_run)
 from helpers.runs import RunRecord
 
 def test_four_rank_launch_succeeds_and_writes_a_manifest(script, tmp_path):
@@ -100,6 +100,15 @@ def test_a_second_run_gets_a_new_folder_and_the_first_stays_intact(script, tmp_p
     assert second.run_dir.parent == first.run_dir.parent
     assert {p: p.read_bytes() for p in first.paths()} == before
     assert RunRecord.load(first.run_dir).run_id == first.run_id
+
+
+def test_ctrl_c_while_watching_sets_a_flag_and_raises_nothing():
+    before = signal.getsignal(signal.SIGINT)
+    with _CtrlC() as ctrl_c:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs at the next bytecode; sleep is where the loop waits
+        assert ctrl_c.pressed
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_interrupting_the_caller_stops_every_process_of_the_run(script, tmp_path):
