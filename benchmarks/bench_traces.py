@@ -138,11 +138,10 @@ def timeline_seconds(n_events: int, out: Path) -> float:
     return time.perf_counter() - t0
 
 
-def loading(files, limit_mbs: float, json_mbs: float) -> None:
+def loading(files, mb: float, limit_mbs: float, json_mbs: float) -> None:
     from helpers.runs import usable_cores
     from helpers.traces import load_run
 
-    mb = megabytes(files)
     cores = usable_cores()
     one = best_of(lambda: load_run(files, workers=1, cache=False, progress=False), 2)
     all_cores = best_of(lambda: load_run(files, workers=cores, cache=False, progress=False), 2)
@@ -160,9 +159,10 @@ def loading(files, limit_mbs: float, json_mbs: float) -> None:
 
 
 def caching(folder: Path) -> None:
+    from helpers.runs import CACHE_DIR
     from helpers.traces import load_run
 
-    shutil.rmtree(folder / ".cache", ignore_errors=True)
+    shutil.rmtree(folder / CACHE_DIR, ignore_errors=True)
     first = best_of(lambda: load_run(folder, workers=1, progress=False), 1)
     second = best_of(lambda: load_run(folder, workers=1, progress=False), 3)
     print(f"a second load of the unchanged run: {second:.2f} s after {first:.2f} s "
@@ -194,7 +194,7 @@ def main() -> None:
         limit_mbs, json_mbs = mb / limit, megabytes(subset) / json_s
         print(f"the limit (msgspec, ph/ts/dur only, one core): {limit_mbs:4.0f} MB/s")
         print(f"json.load (16 of the ranks):                   {json_mbs:4.0f} MB/s")
-        loading(files, limit_mbs, json_mbs)
+        loading(files, mb, limit_mbs, json_mbs)
         caching(run)
 
         print("\n== memory (a one-core load in a fresh process)")

@@ -327,14 +327,18 @@ def _codes(values: list, as_text=None) -> tuple[np.ndarray, list]:
     return np.fromiter(map(lookup.__getitem__, values), np.int32, len(values)), labels
 
 
+def code_dtype(distinct: int) -> type:
+    """The smallest integer type for codes into ``distinct`` values (-1 marks a missing one)."""
+    return np.int16 if distinct < 2**15 - 1 else np.int32
+
+
 def _compact(text: dict[str, tuple[np.ndarray, list]]) -> dict[str, tuple[np.ndarray, list]]:
     """The text columns in their smallest code type, with distinct values copied, so that no
     string keeps the memory of the decoded file alive once it is freed."""
     def copy(value):
         return value.encode().decode() if isinstance(value, str) else value
 
-    return {column: (codes.astype(np.int16) if len(values) < 2**15 - 1 else codes,
-                     [copy(v) for v in values])
+    return {column: (codes.astype(code_dtype(len(values)), copy=False), [copy(v) for v in values])
             for column, (codes, values) in text.items()}
 
 

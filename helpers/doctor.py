@@ -17,7 +17,6 @@ import os
 import shutil
 import sys
 import tempfile
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +35,11 @@ REQUIREMENTS = REPO_ROOT / "requirements.txt"  # the pins the series is tested w
 
 @dataclass
 class Check:
-    """One line of the report: ``status`` is PASS, WARN or FAIL; ``live`` says whether a FAIL
-    stops the live lessons."""
+    """One line of the report: ``status`` is PASS, WARN or FAIL (a FAIL stops the live lessons)."""
 
     name: str
     status: str
     detail: str
-    live: bool = True
 
     def line(self) -> str:
         return f"{self.status:4s}  {self.name:22s} {self.detail}"
@@ -148,7 +145,7 @@ def _two_rank_job(cpu: bool = True) -> Check:
     name = "2-rank gloo job" if cpu else "2-rank nccl job"
     with tempfile.TemporaryDirectory(prefix="doctor-") as folder:
         script = Path(folder) / "tiny_job.py"
-        script.write_text(textwrap.dedent(_TINY_JOB))
+        script.write_text(_TINY_JOB)
         t0 = time.monotonic()
         try:
             launch(script, 2, experiment="doctor", echo=False, timeout=120, cpu=cpu,
@@ -165,7 +162,7 @@ def _gpus() -> list[Check]:
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if n == 0:
-        return [Check("GPUs", "PASS", "none: the lessons run on the CPU with gloo", live=False)]
+        return [Check("GPUs", "PASS", "none: the lessons run on the CPU with gloo")]
     names = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))
     checks = [Check("GPUs", "PASS", f"{n} ({names}); "
                     + ("one rank per GPU with nccl" if n >= 2 else "1 GPU: the DDP lessons use "
@@ -194,13 +191,12 @@ def _store_exposure() -> Check:
     finally:
         del store
     if addresses and addresses <= {"127.0.0.1", "::1"}:
-        return Check("network exposure", "PASS", "torchrun's store listens on loopback only",
-                     live=False)
+        return Check("network exposure", "PASS", "torchrun's store listens on loopback only")
     where = ", ".join(sorted(addresses)) or "unknown"
     return Check("network exposure", "WARN",
                  f"torchrun's rendezvous store listens on all interfaces ({where}), although runs "
                  f"use 127.0.0.1: on a shared network anyone nearby can reach it while a run is "
-                 f"going. See INSTRUCTORS.md (firewall rule)", live=False)
+                 f"going. See INSTRUCTORS.md (firewall rule)")
 
 
 def run_checks(requirements: Path = REQUIREMENTS) -> list[Check]:
@@ -224,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = run_checks(opts.requirements)
     for check in checks:
         print(check.line(), flush=True)
-    failed = [c for c in checks if c.status == "FAIL" and c.live]
+    failed = [c for c in checks if c.status == "FAIL"]
     if failed:
         print(f"\nNOT READY: this machine cannot run the live lessons ({', '.join(c.name for c in failed)}). "
               f"Fix the lines above, or follow the lessons in recorded mode: make lab RECORDED=1")

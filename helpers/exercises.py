@@ -199,15 +199,15 @@ def _close(value: float, truth: float, relative: float, absolute: float) -> bool
 
 @_exercise("04.1")
 def _where_the_fast_rank_waits(prediction, events) -> tuple[bool, str]:
-    from .analysis import busy_ms, collective_waits
+    from .analysis import _wall_ms, collective_waits
 
     waits = collective_waits(events)
     broadcasts = waits[waits["name"].str.endswith("broadcast")].dropna(subset=["step"])
     if broadcasts.empty:
         return False, "these events have no broadcasts inside profiler steps: pass slow_events"
     # wall time per step: broadcasts on two gloo threads at once count once
-    per_step = broadcasts.groupby(["rank", "step"]).apply(
-        lambda g: busy_ms(g["start_us"], g["start_us"] + g["dur_us"]), include_groups=False)
+    per_step = _wall_ms(broadcasts.assign(end_us=broadcasts["start_us"] + broadcasts["dur_us"]),
+                        ["rank", "step"])
     per_rank = per_step.groupby("rank").median()
     rank, ms = int(per_rank.idxmax()), float(per_rank.max())
     if not isinstance(prediction, dict) or {"rank", "ms"} - set(prediction):
@@ -378,9 +378,8 @@ def _mismatch_of(error, bug: str):
 
 @_exercise("08.1")
 def _where_the_mismatch_lands(predicted_seq, error) -> tuple[bool, str]:
-    if _args_of(getattr(error, "record", None)).get("--bug-step") != "3":
-        return False, "launch hang.py with --bug different --bug-step 3 and catch the RankFailed"
-    mismatch = _mismatch_of(error, "different")
+    third_step = _args_of(getattr(error, "record", None)).get("--bug-step") == "3"
+    mismatch = _mismatch_of(error, "different") if third_step else None
     if mismatch is None:
         return False, "launch hang.py with --bug different --bug-step 3 and catch the RankFailed"
     if predicted_seq != mismatch.seq:

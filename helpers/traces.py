@@ -37,7 +37,8 @@ import pandas as pd
 
 from . import _tracecache
 from ._tracefile import (GPU_CATEGORIES, RANK_IN_NAME, FileColumns, TraceError,
-                         TraceHeader, TraceWarning, decode_error, read_bytes, read_columns)
+                         TraceHeader, TraceWarning, code_dtype, decode_error, read_bytes,
+                         read_columns)
 from .kinds import KIND_NAMES, event_kind
 from .runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path, usable_cores
 
@@ -108,8 +109,7 @@ def _codes(parts: Sequence[FileColumns], column: str, n: int, order) -> tuple[np
         codes, _ = part.text.pop(column)
         return luts[id(part)][codes]
 
-    dtype = np.int16 if len(index) < 2**15 - 1 else np.int32
-    return _fill(parts, take, n, dtype, order), list(index)
+    return _fill(parts, take, n, code_dtype(len(index)), order), list(index)
 
 
 def _categorical(codes: np.ndarray, values: list) -> pd.Categorical:

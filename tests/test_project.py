@@ -4,17 +4,13 @@ import re
 import tomllib
 from pathlib import Path
 
+from helpers.doctor import _pins
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def requirements() -> dict[str, str]:
-    pins = {}
-    for line in (REPO / "requirements.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            name, _, version = line.partition("==")
-            pins[name.lower()] = version
-    return pins
+    return {name.lower(): version for name, version in _pins(REPO / "requirements.txt").items()}
 
 
 def test_every_requirement_is_pinned_and_torch_matches_the_design():
