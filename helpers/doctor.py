@@ -131,8 +131,11 @@ _TINY_JOB = """
 import os
 import torch
 import torch.distributed as dist
-dist.init_process_group(os.environ.get("DIST_BACKEND", "gloo"))
-x = torch.ones(4)
+backend = os.environ.get("DIST_BACKEND", "gloo")
+if backend == "nccl":  # nccl reduces GPU tensors only: one GPU per rank
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+dist.init_process_group(backend)
+x = torch.ones(4, device="cuda" if backend == "nccl" else "cpu")
 dist.all_reduce(x)
 assert x.tolist() == [float(dist.get_world_size())] * 4
 dist.destroy_process_group()
