@@ -52,7 +52,7 @@ def megabytes(files) -> float:
 
 def json_load_all(files) -> None:
     for f in files:
-        with (gzip.open(f) if f.name.endswith(".gz") else open(f, "rb")) as fh:
+        with gzip.open(f) if f.name.endswith(".gz") else open(f, "rb") as fh:
             json.load(fh)
 
 
@@ -90,8 +90,13 @@ print(json.dumps({"before_kb": before, "peak_kb": resource.getrusage(resource.RU
 
 def peak_memory(files) -> dict:
     """Peak RSS growth of a one-core load in a fresh process (the frame is built there)."""
-    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, *map(str, files)], cwd=REPO,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_CHILD, *map(str, files)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(out.stdout.strip().splitlines()[-1])
     data["growth_mb"] = (data["peak_kb"] - data["before_kb"]) * 1024 / 1e6
     return data
@@ -99,14 +104,18 @@ def peak_memory(files) -> dict:
 
 def hta_seconds(folder: Path, backend: str | None) -> float | None:
     """Time of HTA's TraceAnalysis on a folder (a fresh process: HTA keeps state), or None."""
-    child = ("import logging, sys, time\nlogging.disable(logging.WARNING)\n"
-             "from hta.common.trace_parser import set_default_trace_parsing_backend\n"
-             "from hta.configs.parser_config import ParserBackend\n"
-             "from hta.trace_analysis import TraceAnalysis\n"
-             + (f"set_default_trace_parsing_backend(ParserBackend.{backend})\n" if backend else "")
-             + "t0 = time.perf_counter()\nTraceAnalysis(trace_dir=sys.argv[1])\n"
-               "print(time.perf_counter() - t0)\n")
-    done = subprocess.run([sys.executable, "-c", child, str(folder)], capture_output=True, text=True)
+    child = (
+        "import logging, sys, time\nlogging.disable(logging.WARNING)\n"
+        "from hta.common.trace_parser import set_default_trace_parsing_backend\n"
+        "from hta.configs.parser_config import ParserBackend\n"
+        "from hta.trace_analysis import TraceAnalysis\n"
+        + (f"set_default_trace_parsing_backend(ParserBackend.{backend})\n" if backend else "")
+        + "t0 = time.perf_counter()\nTraceAnalysis(trace_dir=sys.argv[1])\n"
+        "print(time.perf_counter() - t0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(folder)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         print(f"    HTA ({backend or 'default'}) failed: {done.stderr.strip().splitlines()[-1:]}")
         return None
@@ -126,12 +135,17 @@ def timeline_seconds(n_events: int, out: Path) -> float:
     rng = np.random.default_rng(0)
     ranks, per = 4, n_events // 4
     rel = np.concatenate([np.sort(rng.uniform(0, 10_000_000, per)) for _ in range(ranks)])
-    events = pd.DataFrame({
-        "rank": np.repeat(np.arange(ranks, dtype=np.int32), per),
-        "lane": pd.Categorical(rng.choice(["main", "gloo 1", "gloo 2"], size=per * ranks)),
-        "kind": pd.Categorical(rng.choice(KIND_NAMES[1:6], size=per * ranks), categories=KIND_NAMES),
-        "rel_us": rel, "dur_us": rng.uniform(1, 50, per * ranks),
-    })
+    events = pd.DataFrame(
+        {
+            "rank": np.repeat(np.arange(ranks, dtype=np.int32), per),
+            "lane": pd.Categorical(rng.choice(["main", "gloo 1", "gloo 2"], size=per * ranks)),
+            "kind": pd.Categorical(
+                rng.choice(KIND_NAMES[1:6], size=per * ranks), categories=KIND_NAMES
+            ),
+            "rel_us": rel,
+            "dur_us": rng.uniform(1, 50, per * ranks),
+        }
+    )
     t0 = time.perf_counter()
     fig = plot_rank_timeline(events, lanes=True)
     fig.savefig(out, dpi=80)
@@ -145,17 +159,25 @@ def loading(files, mb: float, limit_mbs: float, json_mbs: float) -> None:
     cores = usable_cores()
     one = best_of(lambda: load_run(files, workers=1, cache=False, progress=False), 2)
     all_cores = best_of(lambda: load_run(files, workers=cores, cache=False, progress=False), 2)
-    print(f"load_run, one core:    {one:6.2f} s = {mb / one:4.0f} MB/s "
-          f"({mb / one / limit_mbs:.2f} of the limit, {mb / one / json_mbs:.1f}x json.load) "
-          f"target >= 250 MB/s")
-    print(f"load_run, {cores} workers:   {all_cores:6.2f} s = {mb / all_cores:4.0f} MB/s "
-          f"({mb / all_cores / limit_mbs:.2f} of the one-core limit)  target >= 400 MB/s")
+    print(
+        f"load_run, one core:    {one:6.2f} s = {mb / one:4.0f} MB/s "
+        f"({mb / one / limit_mbs:.2f} of the limit, {mb / one / json_mbs:.1f}x json.load) "
+        f"target >= 250 MB/s"
+    )
+    print(
+        f"load_run, {cores} workers:   {all_cores:6.2f} s = {mb / all_cores:4.0f} MB/s "
+        f"({mb / all_cores / limit_mbs:.2f} of the one-core limit)  target >= 400 MB/s"
+    )
     steps = load_run(files[:1], cache=False).events["step"].dropna()
     middle = int(steps.median())
-    window = best_of(lambda: load_run(files, workers=1, cache=False, progress=False,
-                                      steps=(middle, middle + 2)), 1)
-    print(f"load_run, steps {middle}..{middle + 2} only: {window:6.2f} s "
-          f"({(1 - window / one) * 100:.0f} % less time than the whole run)")
+    window = best_of(
+        lambda: load_run(files, workers=1, cache=False, progress=False, steps=(middle, middle + 2)),
+        1,
+    )
+    print(
+        f"load_run, steps {middle}..{middle + 2} only: {window:6.2f} s "
+        f"({(1 - window / one) * 100:.0f} % less time than the whole run)"
+    )
 
 
 def caching(folder: Path) -> None:
@@ -165,8 +187,10 @@ def caching(folder: Path) -> None:
     shutil.rmtree(folder / CACHE_DIR, ignore_errors=True)
     first = best_of(lambda: load_run(folder, workers=1, progress=False), 1)
     second = best_of(lambda: load_run(folder, workers=1, progress=False), 3)
-    print(f"a second load of the unchanged run: {second:.2f} s after {first:.2f} s "
-          f"(first load with writing the cache) -> {second / first:.3f}  target <= 0.10")
+    print(
+        f"a second load of the unchanged run: {second:.2f} s after {first:.2f} s "
+        f"(first load with writing the cache) -> {second / first:.3f}  target <= 0.10"
+    )
 
 
 def main() -> None:
@@ -201,16 +225,20 @@ def main() -> None:
         mem = peak_memory(files)
         largest = max(f.stat().st_size for f in files) / 1e6
         allowed = mem["frame_bytes"] / 1e6 + 2 * largest
-        print(f"peak growth {mem['growth_mb']:.0f} MB; DataFrame {mem['frame_bytes'] / 1e6:.0f} MB "
-              f"+ twice the largest file ({largest:.0f} MB) = {allowed:.0f} MB -> "
-              f"{mem['growth_mb'] / allowed:.2f}  target <= 1")
+        print(
+            f"peak growth {mem['growth_mb']:.0f} MB; DataFrame {mem['frame_bytes'] / 1e6:.0f} MB "
+            f"+ twice the largest file ({largest:.0f} MB) = {allowed:.0f} MB -> "
+            f"{mem['growth_mb'] / allowed:.2f}  target <= 1"
+        )
 
         print("\n== one file on its own")
         one = files[0]
         t_json = best_of(lambda: json_load_all([one]), 5)
         t_ours = best_of(lambda: load_trace(one), 5)
-        print(f"load_trace {t_ours * 1e3:.0f} ms, json.load {t_json * 1e3:.0f} ms -> "
-              f"{t_ours / t_json:.2f} of json.load's time")
+        print(
+            f"load_trace {t_ours * 1e3:.0f} ms, json.load {t_json * 1e3:.0f} ms -> "
+            f"{t_ours / t_json:.2f} of json.load's time"
+        )
 
         print("\n== HolisticTraceAnalysis (each in a fresh process)")
         from helpers.traces import load_run
@@ -229,8 +257,10 @@ def main() -> None:
             for backend in (None, "IJSON_BATCH_AND_COMPRESS"):
                 seconds = hta_seconds(target, backend)
                 if seconds is not None:
-                    print(f"    HTA, {backend or 'default parser (JSON)':28s} {seconds:6.2f} s -> "
-                          f"{seconds / ours:.1f}x load_run's time")
+                    print(
+                        f"    HTA, {backend or 'default parser (JSON)':28s} {seconds:6.2f} s -> "
+                        f"{seconds / ours:.1f}x load_run's time"
+                    )
 
         print(f"\n== drawing a timeline of {opts.events:,} events (4 ranks, 3 lanes each)")
         seconds = timeline_seconds(opts.events, work / "timeline.png")

@@ -17,39 +17,110 @@ Everything a lesson uses is importable from here in one line, for example
 ``from helpers import launch, load_run, plot_rank_timeline``.
 """
 
-from .analysis import (COLLECTIVE_NAMES, NCCL_KERNELS, busy_ms, by_rpc_node, clock_offsets,
-                       collective_waits, find_straggler, max_parallel_lanes, shift_ranks, step_times,
-                       time_per_kind, top_ops, waiting_per_step)
+from .analysis import (
+    COLLECTIVE_NAMES,
+    NCCL_KERNELS,
+    busy_ms,
+    by_rpc_node,
+    clock_offsets,
+    collective_waits,
+    find_straggler,
+    max_parallel_lanes,
+    shift_ranks,
+    step_times,
+    time_per_kind,
+    top_ops,
+    waiting_per_step,
+)
 from .exercises import check, evaluate
-from .flight_recorder import (FlightRecorderError, analyse_with_pytorch, first_mismatch,
-                              load_flight_records)
+from .flight_recorder import (
+    FlightRecorderError,
+    analyse_with_pytorch,
+    first_mismatch,
+    load_flight_records,
+)
 from .kineto_noise import hide_kineto_noise
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind
-from .launch import (Device, LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted,
-                     RunTimedOut, choose_device, launch, processes_of_run)
+from .launch import (
+    Device,
+    LaunchError,
+    RankFailed,
+    RendezvousTimedOut,
+    RunInterrupted,
+    RunTimedOut,
+    choose_device,
+    launch,
+    processes_of_run,
+)
 from .lessons import script_from_lesson
 from .plotting import plot_collective_sequences, plot_rank_timeline, step_window
 from .recorded import RecordingMissing, use_recorded_runs
 from .runs import RunRecord, new_run_dir, show_path
-from .traces import (RunTraces, Trace, TraceError, TraceWarning, gather_traces, load_run,
-                     load_trace, merge_traces)
+from .traces import (
+    RunTraces,
+    Trace,
+    TraceError,
+    TraceWarning,
+    gather_traces,
+    load_run,
+    load_trace,
+    merge_traces,
+)
 
 __all__ = [
     # launching
-    "launch", "choose_device", "Device", "RunRecord", "new_run_dir", "show_path",
-    "processes_of_run", "use_recorded_runs", "RecordingMissing",
-    "LaunchError", "RankFailed", "RunTimedOut", "RendezvousTimedOut", "RunInterrupted",
+    "launch",
+    "choose_device",
+    "Device",
+    "RunRecord",
+    "new_run_dir",
+    "show_path",
+    "processes_of_run",
+    "use_recorded_runs",
+    "RecordingMissing",
+    "LaunchError",
+    "RankFailed",
+    "RunTimedOut",
+    "RendezvousTimedOut",
+    "RunInterrupted",
     # traces
-    "load_trace", "load_run", "merge_traces", "gather_traces", "Trace", "RunTraces",
-    "TraceError", "TraceWarning",
+    "load_trace",
+    "load_run",
+    "merge_traces",
+    "gather_traces",
+    "Trace",
+    "RunTraces",
+    "TraceError",
+    "TraceWarning",
     # kinds, analysis, plots
-    "KINDS", "KIND_NAMES", "KIND_COLORS", "event_kind",
-    "step_times", "time_per_kind", "top_ops", "busy_ms", "collective_waits", "waiting_per_step",
-    "find_straggler", "max_parallel_lanes", "clock_offsets", "shift_ranks", "by_rpc_node",
-    "COLLECTIVE_NAMES", "NCCL_KERNELS", "plot_rank_timeline", "step_window",
+    "KINDS",
+    "KIND_NAMES",
+    "KIND_COLORS",
+    "event_kind",
+    "step_times",
+    "time_per_kind",
+    "top_ops",
+    "busy_ms",
+    "collective_waits",
+    "waiting_per_step",
+    "find_straggler",
+    "max_parallel_lanes",
+    "clock_offsets",
+    "shift_ranks",
+    "by_rpc_node",
+    "COLLECTIVE_NAMES",
+    "NCCL_KERNELS",
+    "plot_rank_timeline",
+    "step_window",
     # hangs
-    "load_flight_records", "first_mismatch", "analyse_with_pytorch", "FlightRecorderError",
+    "load_flight_records",
+    "first_mismatch",
+    "analyse_with_pytorch",
+    "FlightRecorderError",
     "plot_collective_sequences",
     # the series
-    "check", "evaluate", "script_from_lesson", "hide_kineto_noise",
+    "check",
+    "evaluate",
+    "script_from_lesson",
+    "hide_kineto_noise",
 ]

@@ -42,8 +42,7 @@ def processes_of_run(run_id: str) -> list[psutil.Process]:
     return found
 
 
-def stop_run_processes(agents: Sequence[subprocess.Popen], run_id: str,
-                       grace: float = 3.0) -> None:
+def stop_run_processes(agents: Sequence[subprocess.Popen], run_id: str, grace: float = 3.0) -> None:
     """Stop the torchrun agents and every rank of the run: SIGTERM, then SIGKILL after
     ``grace`` seconds."""
     procs: dict[int, psutil.Process] = {}
@@ -86,8 +85,9 @@ def _mark_launcher_died(path: Path) -> None:
         return
     data["status"] = "launcher died"
     data["ended"] = _dt.datetime.now().isoformat(timespec="seconds")
-    data["exit_codes"] = {rank: None for rank in data.get("exit_codes") or
-                          map(str, range(data.get("world_size", 0)))}
+    data["exit_codes"] = {
+        rank: None for rank in data.get("exit_codes") or map(str, range(data.get("world_size", 0)))
+    }
     tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2))
     os.replace(tmp, path)
@@ -97,9 +97,13 @@ def start_guard(manifest: Path, run_id: str) -> tuple[subprocess.Popen, int]:
     """Start the guard of a run; returns it and the pipe's write end (close it with
     :func:`release_guard` when the run is over)."""
     read_end, write_end = os.pipe()
-    guard = subprocess.Popen([sys.executable, "-I", __file__, str(manifest), run_id], stdin=read_end,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)  # not killed with the launcher's group
+    guard = subprocess.Popen(
+        [sys.executable, "-I", __file__, str(manifest), run_id],
+        stdin=read_end,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # not killed with the launcher's group
     os.close(read_end)
     return guard, write_end
 

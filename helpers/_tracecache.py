@@ -76,8 +76,11 @@ def write(path: Path, events: pd.DataFrame, headers, skipped) -> None:
             values = events[name].array
             if isinstance(values, pd.Categorical):
                 arrays[f"{name}.codes"] = values.codes
-                columns[name] = {"type": "category", "categories": values.categories.tolist(),
-                                 "dtype": str(values.categories.dtype)}
+                columns[name] = {
+                    "type": "category",
+                    "categories": values.categories.tolist(),
+                    "dtype": str(values.categories.dtype),
+                }
             elif isinstance(values, pd.arrays.IntegerArray):
                 arrays[f"{name}.values"] = values.to_numpy(values.dtype.numpy_dtype, na_value=0)
                 arrays[f"{name}.mask"] = np.asarray(values.isna())
@@ -85,9 +88,11 @@ def write(path: Path, events: pd.DataFrame, headers, skipped) -> None:
             else:
                 arrays[name] = np.asarray(values)
                 columns[name] = {"type": "array"}
-        meta = {"columns": columns,
-                "headers": [dict(asdict(h), path=str(Path(h.path).resolve())) for h in headers],
-                "skipped": [[str(p), why] for p, why in skipped]}
+        meta = {
+            "columns": columns,
+            "headers": [dict(asdict(h), path=str(Path(h.path).resolve())) for h in headers],
+            "skipped": [[str(p), why] for p, why in skipped],
+        }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         path.parent.mkdir(exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")

@@ -161,15 +161,23 @@ def read_bytes(path: Path) -> bytes:
         try:
             data = gzip.decompress(data)
         except EOFError:
-            raise TraceError(path, "the gzip stream ends early: the file is truncated "
-                                   "(was the rank killed while writing it?)") from None
+            raise TraceError(
+                path,
+                "the gzip stream ends early: the file is truncated "
+                "(was the rank killed while writing it?)",
+            ) from None
         except (OSError, zlib.error) as e:
-            raise TraceError(path, f"broken gzip data ({e}); re-copy or re-record the file") from None
+            raise TraceError(
+                path, f"broken gzip data ({e}); re-copy or re-record the file"
+            ) from None
     elif path.name.endswith(".gz"):
         raise TraceError(path, "named .gz but is not gzip data; rename it or re-compress it")
     if not data or data.isspace():
-        raise TraceError(path, "the file is empty (the profiler never wrote it, or the rank died "
-                               "before exporting); re-run that rank")
+        raise TraceError(
+            path,
+            "the file is empty (the profiler never wrote it, or the rank died "
+            "before exporting); re-run that rank",
+        )
     return data
 
 
@@ -177,12 +185,18 @@ def decode_error(path: Path, err: msgspec.DecodeError) -> TraceError:
     """The TraceError that says, in words, why ``path`` did not parse."""
     text = str(err)
     if isinstance(err, msgspec.ValidationError):
-        return TraceError(path, "has no 'traceEvents' list of events: not a Chrome/Kineto trace "
-                                "(written by prof.export_chrome_trace or a trace handler?)")
+        return TraceError(
+            path,
+            "has no 'traceEvents' list of events: not a Chrome/Kineto trace "
+            "(written by prof.export_chrome_trace or a trace handler?)",
+        )
     if "truncated" in text:
-        return TraceError(path, "the JSON stops before it is complete: the file is truncated "
-                                "(was the rank killed while writing it?); re-run, or drop this "
-                                "file and load the others with strict=False")
+        return TraceError(
+            path,
+            "the JSON stops before it is complete: the file is truncated "
+            "(was the rank killed while writing it?); re-run, or drop this "
+            "file and load the others with strict=False",
+        )
     return TraceError(path, f"not valid JSON ({text}); is this a profiler trace?")
 
 
@@ -218,35 +232,54 @@ def _number(value: Any) -> float | None:
 def _lenient(doc: _AnyDoc, notes: list[str]) -> _Doc:
     """Events of any JSON types as typed events: names as text, times as numbers where they
     parse (a start time that does not parse is left empty), ids as they are or as text."""
+
     def text(value: Any) -> str:
         return "" if value is None else value if isinstance(value, str) else str(value)
 
     def ident(value: Any) -> int | str:
-        return value if isinstance(value, (int, str)) and not isinstance(value, bool) else text(value)
+        return (
+            value if isinstance(value, (int, str)) and not isinstance(value, bool) else text(value)
+        )
 
     events = []
     for e in doc.traceEvents:
         args = e.args if isinstance(e.args, dict) else {}
         dims = args.get("Input Dims")
-        events.append(_Event(
-            ph=text(e.ph), name=text(e.name), cat=text(e.cat), pid=ident(e.pid), tid=ident(e.tid),
-            ts=_number(e.ts), dur=_number(e.dur) or 0.0,
-            args=_Args(name=args.get("name"), collective=args.get("Collective name"),
-                       stream=args.get("stream"),
-                       dims=_EMPTY if dims is None else msgspec.Raw(msgspec.json.encode(dims)))))
-    notes.append("some fields had unexpected types and were read leniently (as text, or left "
-                 "empty where a number did not parse)")
+        events.append(
+            _Event(
+                ph=text(e.ph),
+                name=text(e.name),
+                cat=text(e.cat),
+                pid=ident(e.pid),
+                tid=ident(e.tid),
+                ts=_number(e.ts),
+                dur=_number(e.dur) or 0.0,
+                args=_Args(
+                    name=args.get("name"),
+                    collective=args.get("Collective name"),
+                    stream=args.get("stream"),
+                    dims=_EMPTY if dims is None else msgspec.Raw(msgspec.json.encode(dims)),
+                ),
+            )
+        )
+    notes.append(
+        "some fields had unexpected types and were read leniently (as text, or left "
+        "empty where a number did not parse)"
+    )
     header = {f: getattr(doc, f) for f in _Header.__struct_fields__}
     return _Doc(traceEvents=events, **header)
 
 
 # ------------------------------------------------------------ events with a duration
 
+
 def _paired(events: list[_Event]) -> tuple[list[_Event], int]:
     """Complete events made from ``B``/``E`` pairs (per thread, in time order); returns them
     and the number of begins or ends left without a partner."""
-    begin_end = sorted((e for e in events if (e.ph == "B" or e.ph == "E") and e.ts is not None),
-                       key=attrgetter("ts"))
+    begin_end = sorted(
+        (e for e in events if (e.ph == "B" or e.ph == "E") and e.ts is not None),
+        key=attrgetter("ts"),
+    )
     open_spans: dict[tuple, list[_Event]] = {}
     out, unmatched = [], 0
     for e in begin_end:
@@ -255,8 +288,18 @@ def _paired(events: list[_Event]) -> tuple[list[_Event], int]:
             stack.append(e)
         elif stack:
             b = stack.pop()
-            out.append(_Event(ph="X", name=b.name or e.name, cat=b.cat or e.cat, pid=b.pid,
-                              tid=b.tid, ts=b.ts, dur=e.ts - b.ts, args=b.args))
+            out.append(
+                _Event(
+                    ph="X",
+                    name=b.name or e.name,
+                    cat=b.cat or e.cat,
+                    pid=b.pid,
+                    tid=b.tid,
+                    ts=b.ts,
+                    dur=e.ts - b.ts,
+                    args=b.args,
+                )
+            )
         else:
             unmatched += 1
     return out, unmatched + sum(len(s) for s in open_spans.values())
@@ -272,8 +315,10 @@ def complete_events(events: list[_Event], notes: list[str]) -> tuple[list[_Event
     if "B" in found or "E" in found:
         pairs, unmatched = _paired(events)
         xs += pairs
-        notes.append(f"{len(pairs)} B/E pairs joined into complete events"
-                     + (f"; {unmatched} begins or ends without a partner left out" if unmatched else ""))
+        notes.append(
+            f"{len(pairs)} B/E pairs joined into complete events"
+            + (f"; {unmatched} begins or ends without a partner left out" if unmatched else "")
+        )
     return xs, meta
 
 
@@ -294,15 +339,19 @@ def _times(path: Path, xs: list[_Event], strict: bool, notes: list[str]):
         if mask.any():
             first = xs[int(np.flatnonzero(mask)[0])].name
             if strict:
-                raise TraceError(path, f"{int(mask.sum())} events {problem} (the first is "
-                                       f"{first!r}); the file is damaged. Load with "
-                                       f"strict=False to leave them out")
+                raise TraceError(
+                    path,
+                    f"{int(mask.sum())} events {problem} (the first is "
+                    f"{first!r}); the file is damaged. Load with "
+                    f"strict=False to leave them out",
+                )
             notes.append(f"{int(mask.sum())} events that {problem} were left out")
     keep = ~bad
     return [e for e, k in zip(xs, keep) if k], ts[keep], dur[keep], int(bad.sum())
 
 
 # ------------------------------------------------------------------------- columns
+
 
 def _codes(values: list, as_text=None) -> tuple[np.ndarray, list]:
     """Codes (int32, -1 for None) and the distinct values, in order of first appearance;
@@ -335,11 +384,14 @@ def code_dtype(distinct: int) -> type:
 def _compact(text: dict[str, tuple[np.ndarray, list]]) -> dict[str, tuple[np.ndarray, list]]:
     """The text columns in their smallest code type, with distinct values copied, so that no
     string keeps the memory of the decoded file alive once it is freed."""
+
     def copy(value):
         return value.encode().decode() if isinstance(value, str) else value
 
-    return {column: (codes.astype(code_dtype(len(values)), copy=False), [copy(v) for v in values])
-            for column, (codes, values) in text.items()}
+    return {
+        column: (codes.astype(code_dtype(len(values)), copy=False), [copy(v) for v in values])
+        for column, (codes, values) in text.items()
+    }
 
 
 def _stream_id(value: Any) -> int | None:
@@ -358,14 +410,19 @@ def _shape_text(dims: bytes) -> str | None:
 
 
 def _thread_names(meta: list[_Event]) -> dict[tuple[str, str], str]:
-    return {(str(e.pid), str(e.tid)): str(e.args.name) for e in meta
-            if e.name == "thread_name" and e.args.name is not None}
+    return {
+        (str(e.pid), str(e.tid)): str(e.args.name)
+        for e in meta
+        if e.name == "thread_name" and e.args.name is not None
+    }
 
 
 def _step_numbers(start: np.ndarray, end: np.ndarray, name: tuple[np.ndarray, list]) -> np.ndarray:
     """The ``ProfilerStep#N`` each event (sorted by start) starts in; -1 outside every step."""
-    numbers = np.array([int(m.group(1)) if (m := STEP_NAME.match(v)) else -1 for v in name[1]]
-                       + [-1], dtype=np.int64)
+    numbers = np.array(
+        [int(m.group(1)) if (m := STEP_NAME.match(v)) else -1 for v in name[1]] + [-1],
+        dtype=np.int64,
+    )
     of_event = numbers[name[0]]
     steps = np.flatnonzero(of_event >= 0)
     if not len(steps):
@@ -375,16 +432,23 @@ def _step_numbers(start: np.ndarray, end: np.ndarray, name: tuple[np.ndarray, li
     return np.where(inside, of_event[steps][np.clip(pos, 0, None)], -1).astype(np.int32)
 
 
-def _window_of_steps(path: Path, xs: list[_Event], ts: np.ndarray, dur: np.ndarray,
-                     steps: tuple[int, int]):
+def _window_of_steps(
+    path: Path, xs: list[_Event], ts: np.ndarray, dur: np.ndarray, steps: tuple[int, int]
+):
     """Only the events that start inside ``ProfilerStep#first`` .. ``#last`` (inclusive)."""
     first, last = steps
-    found = {int(m.group(1)): i for i, e in enumerate(xs)
-             if e.name.startswith("ProfilerStep#") and (m := STEP_NAME.match(e.name))}
+    found = {
+        int(m.group(1)): i
+        for i, e in enumerate(xs)
+        if e.name.startswith("ProfilerStep#") and (m := STEP_NAME.match(e.name))
+    }
     inside = [i for n, i in found.items() if first <= n <= last]
     if not inside:
-        raise TraceError(path, f"steps={steps}: no ProfilerStep#{first}..#{last} here; steps "
-                               f"present: {sorted(found) or 'none (was a schedule used?)'}")
+        raise TraceError(
+            path,
+            f"steps={steps}: no ProfilerStep#{first}..#{last} here; steps "
+            f"present: {sorted(found) or 'none (was a schedule used?)'}",
+        )
     keep = (ts >= ts[inside].min()) & (ts < (ts[inside] + dur[inside]).max())
     return [e for e, k in zip(xs, keep) if k], ts[keep], dur[keep]
 
@@ -423,6 +487,7 @@ def columns_of(xs: list[_Event]) -> dict[str, tuple[np.ndarray, list]]:
 
 # ------------------------------------------------------------------------ one file
 
+
 def _rank_of(doc: _Doc, path: Path, rank: int | None, single: bool) -> tuple[int, str]:
     if rank is not None:
         return int(rank), "argument"
@@ -434,9 +499,12 @@ def _rank_of(doc: _Doc, path: Path, rank: int | None, single: bool) -> tuple[int
         return int(m.group(1)), "file name"
     if single:
         return 0, "assumed"
-    raise TraceError(path, "cannot tell which rank wrote it: no 'distributedInfo' in the trace "
-                           "and no 'rank<N>' in the file name. Pass the ranks: "
-                           "load_run({rank: path, ...})")
+    raise TraceError(
+        path,
+        "cannot tell which rank wrote it: no 'distributedInfo' in the trace "
+        "and no 'rank<N>' in the file name. Pass the ranks: "
+        "load_run({rank: path, ...})",
+    )
 
 
 def _base_time_ns(doc: _Doc) -> int | None:
@@ -449,21 +517,37 @@ def _base_time_ns(doc: _Doc) -> int | None:
 
 def _header(doc: _Doc, path: Path, rank: int | None, single: bool) -> TraceHeader:
     if doc.mergedRanks:
-        return TraceHeader(path=path, rank=-1, rank_source="merged file",
-                           world_size=doc.world_size, backend=doc.backend,
-                           base_time_ns=_base_time_ns(doc))
+        return TraceHeader(
+            path=path,
+            rank=-1,
+            rank_source="merged file",
+            world_size=doc.world_size,
+            backend=doc.backend,
+            base_time_ns=_base_time_ns(doc),
+        )
     rank, source = _rank_of(doc, path, rank, single)
     info = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     return TraceHeader(
-        path=path, rank=rank, rank_source=source,
-        world_size=info.get("world_size"), backend=info.get("backend"),
+        path=path,
+        rank=rank,
+        rank_source=source,
+        world_size=info.get("world_size"),
+        backend=info.get("backend"),
         process_groups=info.get("pg_config") or [],
-        host=doc.host_name, run_id=doc.run_id,
-        base_time_ns=_base_time_ns(doc), schema_version=doc.schemaVersion)
+        host=doc.host_name,
+        run_id=doc.run_id,
+        base_time_ns=_base_time_ns(doc),
+        schema_version=doc.schemaVersion,
+    )
 
 
-def read_columns(path: Path, rank: int | None = None, strict: bool = True,
-                 steps: tuple[int, int] | None = None, single: bool = False) -> FileColumns:
+def read_columns(
+    path: Path,
+    rank: int | None = None,
+    strict: bool = True,
+    steps: tuple[int, int] | None = None,
+    single: bool = False,
+) -> FileColumns:
     """Read one trace file into :class:`FileColumns` (see :func:`helpers.traces.load_trace`
     for the arguments); every problem is a :class:`TraceError` naming the file."""
     notes: list[str] = []
@@ -471,8 +555,11 @@ def read_columns(path: Path, rank: int | None = None, strict: bool = True,
     xs, meta = complete_events(doc.traceEvents, notes)
     if not xs:
         empty = " (its traceEvents list is empty)" if not doc.traceEvents else ""
-        raise TraceError(path, f"holds no events with a duration (ph X, or B/E pairs){empty}: "
-                               f"nothing to load. Did the profiler record anything?")
+        raise TraceError(
+            path,
+            f"holds no events with a duration (ph X, or B/E pairs){empty}: "
+            f"nothing to load. Did the profiler record anything?",
+        )
     header = _header(doc, path, rank, single)
     xs, start, dur, skipped = _times(path, xs, strict, notes)
     if steps is not None:

@@ -14,10 +14,22 @@ import pandas as pd
 
 from .kinds import KIND_NAMES
 
-__all__ = ["merge_intervals", "busy_ms", "step_times", "time_per_kind", "top_ops",
-           "COLLECTIVE_NAMES", "NCCL_KERNELS", "collective_waits", "waiting_per_step",
-           "find_straggler", "max_parallel_lanes", "clock_offsets", "shift_ranks",
-           "by_rpc_node"]
+__all__ = [
+    "merge_intervals",
+    "busy_ms",
+    "step_times",
+    "time_per_kind",
+    "top_ops",
+    "COLLECTIVE_NAMES",
+    "NCCL_KERNELS",
+    "collective_waits",
+    "waiting_per_step",
+    "find_straggler",
+    "max_parallel_lanes",
+    "clock_offsets",
+    "shift_ranks",
+    "by_rpc_node",
+]
 
 
 def merge_intervals(starts, ends, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -47,10 +59,13 @@ def step_times(events: pd.DataFrame) -> pd.DataFrame:
     """Duration in ms of each ``ProfilerStep#N`` (rows: step, columns: rank)."""
     steps = events[events["kind"] == "step"]
     if steps.empty:
-        raise ValueError("no ProfilerStep#N events: step times need a profiler schedule "
-                         "(torch.profiler.schedule) and prof.step() after each step")
+        raise ValueError(
+            "no ProfilerStep#N events: step times need a profiler schedule "
+            "(torch.profiler.schedule) and prof.step() after each step"
+        )
     table = steps.assign(step_ms=steps["dur_us"] / 1e3).pivot_table(
-        index="step", columns="rank", values="step_ms", aggfunc="sum", observed=True)
+        index="step", columns="rank", values="step_ms", aggfunc="sum", observed=True
+    )
     table.columns.name = "rank"
     return table
 
@@ -61,7 +76,8 @@ def _wall_ms(frame: pd.DataFrame, by: list[str], end_column: str = "end_us") -> 
     if frame.empty:
         return pd.Series([], dtype=float, index=pd.MultiIndex.from_arrays([[]] * len(by), names=by))
     return frame.groupby(by, observed=True)[["start_us", end_column]].apply(
-        lambda g: busy_ms(g["start_us"], g[end_column]))
+        lambda g: busy_ms(g["start_us"], g[end_column])
+    )
 
 
 def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.DataFrame:
@@ -69,8 +85,11 @@ def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.Da
 
     Steps and ``other`` are left out unless named in ``kinds``.
     """
-    ev = events[events["kind"].isin(kinds)] if kinds else \
-        events[~events["kind"].isin(["step", "other"])]
+    ev = (
+        events[events["kind"].isin(kinds)]
+        if kinds
+        else events[~events["kind"].isin(["step", "other"])]
+    )
     table = _wall_ms(ev, ["rank", "kind"]).unstack("kind", fill_value=0.0)
     table.columns = table.columns.astype(str)
     order = [k for k in KIND_NAMES if k in table.columns]
@@ -83,13 +102,20 @@ def top_ops(events: pd.DataFrame, n: int = 10, kind: str | None = "compute") -> 
     Columns: rank, name, calls, total_ms, mean_ms; one block of ``n`` rows per rank.
     """
     ev = events if kind is None else events[events["kind"] == kind]
-    table = (ev.groupby(["rank", "name"], observed=True)["dur_us"]
-             .agg(calls="count", total_us="sum").reset_index())
+    table = (
+        ev.groupby(["rank", "name"], observed=True)["dur_us"]
+        .agg(calls="count", total_us="sum")
+        .reset_index()
+    )
     table["total_ms"] = table.pop("total_us") / 1e3
     table["mean_ms"] = table["total_ms"] / table["calls"]
     table["name"] = table["name"].astype(str)
-    return (table.sort_values(["rank", "total_ms"], ascending=[True, False])
-            .groupby("rank").head(n).reset_index(drop=True))
+    return (
+        table.sort_values(["rank", "total_ms"], ascending=[True, False])
+        .groupby("rank")
+        .head(n)
+        .reset_index(drop=True)
+    )
 
 
 #: Names of the collectives as the backends record them on the CPU (``gloo:all_reduce``,
@@ -126,8 +152,9 @@ def collective_waits(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.
     ev = ev[group["rank"].transform("nunique") == ranks]
     ev["transfer_us"] = ev.groupby(["name", "index"])["dur_us"].transform("min")
     ev["wait_us"] = ev["dur_us"] - ev["transfer_us"]
-    return ev[["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]] \
-        .reset_index(drop=True)
+    return ev[
+        ["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]
+    ].reset_index(drop=True)
 
 
 def waiting_per_step(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.DataFrame:
@@ -151,8 +178,10 @@ def find_straggler(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> int:
     """
     waits = waiting_per_step(events, names)
     if waits.empty:
-        raise ValueError("no collectives inside profiler steps: a straggler can only be found in "
-                         "traces with ProfilerStep#N and gloo:/nccl: collectives")
+        raise ValueError(
+            "no collectives inside profiler steps: a straggler can only be found in "
+            "traces with ProfilerStep#N and gloo:/nccl: collectives"
+        )
     return int(waits.median().idxmin())
 
 
@@ -174,8 +203,9 @@ def max_parallel_lanes(events: pd.DataFrame) -> int:
     return int(np.cumsum(change[order]).max())
 
 
-def clock_offsets(events: pd.DataFrame, nodes: dict[int, list[int]],
-                  names: str = COLLECTIVE_NAMES) -> dict[int, float]:
+def clock_offsets(
+    events: pd.DataFrame, nodes: dict[int, list[int]], names: str = COLLECTIVE_NAMES
+) -> dict[int, float]:
     """How far each node's clock is ahead of the first node's, in µs, from the traces alone.
 
     nodes: the ranks of each node, e.g. ``RunRecord.nodes``; the first node is the reference.
@@ -187,14 +217,17 @@ def clock_offsets(events: pd.DataFrame, nodes: dict[int, list[int]],
     message takes between them. The estimate is the median over all collectives.
     """
     ends = _numbered_collectives(events, names).pivot_table(
-        index=["name", "index"], columns="rank", values="end_us")
+        index=["name", "index"], columns="rank", values="end_us"
+    )
     for node, ranks in nodes.items():
         if not set(ranks) <= set(ends.columns):
             raise ValueError(f"node {node}: no collectives from its ranks {ranks}")
     reference, *_ = nodes
     base = ends[nodes[reference]].max(axis=1)
-    return {node: float((ends[ranks].max(axis=1) - base).dropna().median())
-            for node, ranks in nodes.items()}
+    return {
+        node: float((ends[ranks].max(axis=1) - base).dropna().median())
+        for node, ranks in nodes.items()
+    }
 
 
 def shift_ranks(events: pd.DataFrame, ranks: Iterable[int], offset_us: float) -> pd.DataFrame:

@@ -48,9 +48,12 @@ class Check:
 def _python() -> Check:
     version = sys.version_info[:3]
     ok = version[:2] >= MIN_PYTHON
-    return Check("Python", "PASS" if ok else "FAIL",
-                 f"{'.'.join(map(str, version))} (the series is tested with 3.11; needs "
-                 f"{'.'.join(map(str, MIN_PYTHON))} or newer)")
+    return Check(
+        "Python",
+        "PASS" if ok else "FAIL",
+        f"{'.'.join(map(str, version))} (the series is tested with 3.11; needs "
+        f"{'.'.join(map(str, MIN_PYTHON))} or newer)",
+    )
 
 
 def _pins(requirements: Path) -> dict[str, str]:
@@ -79,8 +82,12 @@ def _packages(requirements: Path) -> Check:
         if installed.split("+")[0] != version:
             other.append(f"{name} {installed} (pinned {version})")
     if missing:
-        return Check("packages", "FAIL", f"not installed: {', '.join(missing)}; run make install "
-                                         f"(or the offline install in INSTRUCTORS.md)")
+        return Check(
+            "packages",
+            "FAIL",
+            f"not installed: {', '.join(missing)}; run make install "
+            f"(or the offline install in INSTRUCTORS.md)",
+        )
     if other:
         return Check("packages", "WARN", f"other versions than pinned: {', '.join(other)}")
     return Check("packages", "PASS", f"all {len(pins)} pinned packages import")
@@ -94,12 +101,21 @@ def _cores_memory_disk() -> list[Check]:
     TRACES_ROOT.mkdir(exist_ok=True)
     disk_gb = shutil.disk_usage(TRACES_ROOT).free / 1e9
     return [
-        Check("cores", "PASS" if cores >= MIN_CORES else "FAIL",
-              f"{cores} (the lessons are timed on 2; 1 core runs them very slowly)"),
-        Check("memory", "PASS" if memory_gb >= MIN_MEMORY_GB else "FAIL",
-              f"{memory_gb:.1f} GB (4 ranks of ResNet-18 need about 3 GB)"),
-        Check("disk for traces", "PASS" if disk_gb >= MIN_DISK_GB else "FAIL",
-              f"{disk_gb:.1f} GB free in traces/ (a full run of the series writes up to about 200 MB)"),
+        Check(
+            "cores",
+            "PASS" if cores >= MIN_CORES else "FAIL",
+            f"{cores} (the lessons are timed on 2; 1 core runs them very slowly)",
+        ),
+        Check(
+            "memory",
+            "PASS" if memory_gb >= MIN_MEMORY_GB else "FAIL",
+            f"{memory_gb:.1f} GB (4 ranks of ResNet-18 need about 3 GB)",
+        ),
+        Check(
+            "disk for traces",
+            "PASS" if disk_gb >= MIN_DISK_GB else "FAIL",
+            f"{disk_gb:.1f} GB free in traces/ (a full run of the series writes up to about 200 MB)",
+        ),
     ]
 
 
@@ -107,13 +123,24 @@ def _distributed() -> list[Check]:
     import torch.distributed as dist
     import torch.distributed.rpc as rpc
 
-    checks = [Check("torch.distributed", "PASS" if dist.is_available() and dist.is_gloo_available()
-                    else "FAIL", "available, with gloo" if dist.is_available() else
-                    "not available in this build of PyTorch")]
-    checks.append(Check("torch.distributed.rpc", "PASS" if rpc.is_available() else "FAIL",
-                        "available" if rpc.is_available() else
-                        "not available (PyTorch on Windows has no RPC: use WSL2); lessons 5-6 "
-                        "need it"))
+    checks = [
+        Check(
+            "torch.distributed",
+            "PASS" if dist.is_available() and dist.is_gloo_available() else "FAIL",
+            "available, with gloo"
+            if dist.is_available()
+            else "not available in this build of PyTorch",
+        )
+    ]
+    checks.append(
+        Check(
+            "torch.distributed.rpc",
+            "PASS" if rpc.is_available() else "FAIL",
+            "available"
+            if rpc.is_available()
+            else "not available (PyTorch on Windows has no RPC: use WSL2); lessons 5-6 need it",
+        )
+    )
     return checks
 
 
@@ -151,12 +178,21 @@ def _two_rank_job(cpu: bool = True) -> Check:
         script.write_text(_TINY_JOB)
         t0 = time.monotonic()
         try:
-            launch(script, 2, experiment="doctor", echo=False, timeout=120, cpu=cpu,
-                   traces_root=Path(folder) / "traces")
+            launch(
+                script,
+                2,
+                experiment="doctor",
+                echo=False,
+                timeout=120,
+                cpu=cpu,
+                traces_root=Path(folder) / "traces",
+            )
         except (LaunchError, OSError) as err:
             first = str(err).splitlines()[0]
             return Check(name, "FAIL", f"did not finish: {first}")
-    return Check(name, "PASS", f"started, all-reduced and finished in {time.monotonic() - t0:.1f} s")
+    return Check(
+        name, "PASS", f"started, all-reduced and finished in {time.monotonic() - t0:.1f} s"
+    )
 
 
 def _gpus() -> list[Check]:
@@ -167,11 +203,21 @@ def _gpus() -> list[Check]:
     if n == 0:
         return [Check("GPUs", "PASS", "none: the lessons run on the CPU with gloo")]
     names = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))
-    checks = [Check("GPUs", "PASS", f"{n} ({names}); "
-                    + ("one rank per GPU with nccl" if n >= 2 else "1 GPU: the DDP lessons use "
-                                                                   "the CPU"))]
-    checks.append(Check("nccl", "PASS" if dist.is_nccl_available() else "FAIL",
-                        "available" if dist.is_nccl_available() else "not in this build"))
+    checks = [
+        Check(
+            "GPUs",
+            "PASS",
+            f"{n} ({names}); "
+            + ("one rank per GPU with nccl" if n >= 2 else "1 GPU: the DDP lessons use the CPU"),
+        )
+    ]
+    checks.append(
+        Check(
+            "nccl",
+            "PASS" if dist.is_nccl_available() else "FAIL",
+            "available" if dist.is_nccl_available() else "not in this build",
+        )
+    )
     if n >= 2 and dist.is_nccl_available():
         checks.append(_two_rank_job(cpu=False))
     return checks
@@ -187,8 +233,11 @@ def _store_exposure() -> Check:
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     try:
-        addresses = {c.laddr.ip for c in psutil.net_connections("tcp")
-                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+        addresses = {
+            c.laddr.ip
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
     except psutil.AccessDenied:
         addresses = set()
     finally:
@@ -196,10 +245,13 @@ def _store_exposure() -> Check:
     if addresses and addresses <= {"127.0.0.1", "::1"}:
         return Check("network exposure", "PASS", "torchrun's store listens on loopback only")
     where = ", ".join(sorted(addresses)) or "unknown"
-    return Check("network exposure", "WARN",
-                 f"torchrun's rendezvous store listens on all interfaces ({where}), although runs "
-                 f"use 127.0.0.1: on a shared network anyone nearby can reach it while a run is "
-                 f"going. See INSTRUCTORS.md (firewall rule)")
+    return Check(
+        "network exposure",
+        "WARN",
+        f"torchrun's rendezvous store listens on all interfaces ({where}), although runs "
+        f"use 127.0.0.1: on a shared network anyone nearby can reach it while a run is "
+        f"going. See INSTRUCTORS.md (firewall rule)",
+    )
 
 
 def run_checks(requirements: Path = REQUIREMENTS) -> list[Check]:
@@ -214,9 +266,15 @@ def run_checks(requirements: Path = REQUIREMENTS) -> list[Check]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.doctor", description=__doc__.splitlines()[0])
-    parser.add_argument("--requirements", type=Path, default=REQUIREMENTS,
-                        help="the pinned requirements to check (default: the series')")
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.doctor", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--requirements",
+        type=Path,
+        default=REQUIREMENTS,
+        help="the pinned requirements to check (default: the series')",
+    )
     opts = parser.parse_args(argv)
     use_recorded_runs(False)  # the doctor checks live launching, whatever PDP_RECORDED says,
     os.environ.pop("PDP_RECORD", None)  # and its tiny job is never saved as a recording
@@ -225,12 +283,16 @@ def main(argv: list[str] | None = None) -> int:
         print(check.line(), flush=True)
     failed = [c for c in checks if c.status == "FAIL"]
     if failed:
-        print(f"\nNOT READY: this machine cannot run the live lessons ({', '.join(c.name for c in failed)}). "
-              f"Fix the lines above, or follow the lessons in recorded mode: make lab RECORDED=1")
+        print(
+            f"\nNOT READY: this machine cannot run the live lessons ({', '.join(c.name for c in failed)}). "
+            f"Fix the lines above, or follow the lessons in recorded mode: make lab RECORDED=1"
+        )
         return 1
     warned = [c.name for c in checks if c.status == "WARN"]
-    print("\nREADY: this machine can run the live lessons"
-          + (f" (read the warnings: {', '.join(warned)})" if warned else ""))
+    print(
+        "\nREADY: this machine can run the live lessons"
+        + (f" (read the warnings: {', '.join(warned)})" if warned else "")
+    )
     return 0
 
 

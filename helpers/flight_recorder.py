@@ -34,8 +34,15 @@ import pandas as pd
 
 from .runs import show_path
 
-__all__ = ["DUMP_PREFIX", "FlightRecorderError", "load_flight_records", "Mismatch",
-           "first_mismatch", "AnalyserVerdict", "analyse_with_pytorch"]
+__all__ = [
+    "DUMP_PREFIX",
+    "FlightRecorderError",
+    "load_flight_records",
+    "Mismatch",
+    "first_mismatch",
+    "AnalyserVerdict",
+    "analyse_with_pytorch",
+]
 
 DUMP_PREFIX = "fr_"  # dumps are named fr_<rank>
 _DUMP_NAME = re.compile(rf"^{DUMP_PREFIX}(\d+)$")
@@ -67,16 +74,23 @@ def _read_dump(path: Path, rank: int) -> dict:
     except OSError as err:
         raise FlightRecorderError(path, f"cannot be read ({err.strerror})", rank) from None
     if not data:
-        raise FlightRecorderError(path, "is empty: the rank did not finish writing its dump "
-                                        "(was it killed first?)", rank)
+        raise FlightRecorderError(
+            path, "is empty: the rank did not finish writing its dump (was it killed first?)", rank
+        )
     try:
         dump = _PlainData(io.BytesIO(data)).load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
-        raise FlightRecorderError(path, f"is not a complete Flight Recorder dump ({err}); the "
-                                        f"file is damaged or truncated", rank) from None
+        raise FlightRecorderError(
+            path,
+            f"is not a complete Flight Recorder dump ({err}); the file is damaged or truncated",
+            rank,
+        ) from None
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
-        raise FlightRecorderError(path, "has no 'entries' list: not a dump of "
-                                        "torch._C._distributed_c10d._dump_fr_trace()", rank)
+        raise FlightRecorderError(
+            path,
+            "has no 'entries' list: not a dump of torch._C._distributed_c10d._dump_fr_trace()",
+            rank,
+        )
     return dump
 
 
@@ -85,24 +99,32 @@ def _rows(dump: dict, path: Path, rank: int) -> list[dict]:
     for entry in dump["entries"]:
         try:
             group = entry.get("process_group") or ("", "")
-            rows.append({
-                "rank": rank, "seq": int(entry["collective_seq_id"]),
-                "op": str(entry["profiling_name"]),
-                "collective": str(entry["profiling_name"]).split(":")[-1],
-                "input_sizes": str(entry.get("input_sizes")),
-                "output_sizes": str(entry.get("output_sizes")),
-                "dtypes": ",".join(entry.get("input_dtypes") or []),
-                "state": entry.get("state"), "retired": entry.get("retired"),
-                "group": f"{group[0]}:{group[1]}", "p2p": bool(entry.get("is_p2p")),
-                "created_ns": int(entry["time_created_ns"]),
-            })
+            rows.append(
+                {
+                    "rank": rank,
+                    "seq": int(entry["collective_seq_id"]),
+                    "op": str(entry["profiling_name"]),
+                    "collective": str(entry["profiling_name"]).split(":")[-1],
+                    "input_sizes": str(entry.get("input_sizes")),
+                    "output_sizes": str(entry.get("output_sizes")),
+                    "dtypes": ",".join(entry.get("input_dtypes") or []),
+                    "state": entry.get("state"),
+                    "retired": entry.get("retired"),
+                    "group": f"{group[0]}:{group[1]}",
+                    "p2p": bool(entry.get("is_p2p")),
+                    "created_ns": int(entry["time_created_ns"]),
+                }
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise FlightRecorderError(path, f"an entry lacks {err} or has the wrong type: the "
-                                            f"dump is damaged", rank) from None
+            raise FlightRecorderError(
+                path, f"an entry lacks {err} or has the wrong type: the dump is damaged", rank
+            ) from None
     return rows
 
 
-def load_flight_records(folder: str | Path, expect_ranks: Iterable[int] | None = None) -> pd.DataFrame:
+def load_flight_records(
+    folder: str | Path, expect_ranks: Iterable[int] | None = None
+) -> pd.DataFrame:
     """Every rank's dump in ``folder`` (files ``fr_<rank>``) as one DataFrame, one row per
     collective per rank, sorted by rank and sequence number.
 
@@ -114,20 +136,43 @@ def load_flight_records(folder: str | Path, expect_ranks: Iterable[int] | None =
     folder = Path(folder)
     if not folder.is_dir():
         raise FlightRecorderError(folder, "no such folder")
-    dumps = {int(m.group(1)): p for p in sorted(folder.iterdir())
-             if p.is_file() and (m := _DUMP_NAME.match(p.name))}
+    dumps = {
+        int(m.group(1)): p
+        for p in sorted(folder.iterdir())
+        if p.is_file() and (m := _DUMP_NAME.match(p.name))
+    }
     missing = sorted(set(expect_ranks or ()) - set(dumps))
     if missing:
-        raise FlightRecorderError(folder, f"no Flight Recorder dump from rank "
-                                          f"{', '.join(map(str, missing))} ({DUMP_PREFIX}<rank>): did "
-                                          f"that rank die before it could write one?")
+        raise FlightRecorderError(
+            folder,
+            f"no Flight Recorder dump from rank "
+            f"{', '.join(map(str, missing))} ({DUMP_PREFIX}<rank>): did "
+            f"that rank die before it could write one?",
+        )
     if not dumps:
         raise FlightRecorderError(folder, f"no Flight Recorder dumps ({DUMP_PREFIX}<rank>) here")
-    rows = [row for rank, path in sorted(dumps.items())
-            for row in _rows(_read_dump(path, rank), path, rank)]
-    records = pd.DataFrame(rows, columns=["rank", "seq", "op", "collective", "input_sizes",
-                                          "output_sizes", "dtypes", "state", "retired", "group",
-                                          "p2p", "created_ns"])
+    rows = [
+        row
+        for rank, path in sorted(dumps.items())
+        for row in _rows(_read_dump(path, rank), path, rank)
+    ]
+    records = pd.DataFrame(
+        rows,
+        columns=[
+            "rank",
+            "seq",
+            "op",
+            "collective",
+            "input_sizes",
+            "output_sizes",
+            "dtypes",
+            "state",
+            "retired",
+            "group",
+            "p2p",
+            "created_ns",
+        ],
+    )
     records = records.sort_values(["rank", "seq"], ignore_index=True)
     records["created_ms"] = (records["created_ns"] - records["created_ns"].min()) / 1e6
     return records
@@ -157,8 +202,9 @@ def first_mismatch(records: pd.DataFrame) -> Mismatch | None:
     the same sizes, or None when they agree on everything recorded. The majority is taken as
     the expected call (on a tie, the lowest rank's)."""
     ranks = sorted(records["rank"].unique())
-    calls = records.assign(call=records["op"] + " " + records["input_sizes"]) \
-        .pivot_table(index="seq", columns="rank", values="call", aggfunc="first")
+    calls = records.assign(call=records["op"] + " " + records["input_sizes"]).pivot_table(
+        index="seq", columns="rank", values="call", aggfunc="first"
+    )
     calls = calls.reindex(columns=ranks)
     for seq, row in calls.iterrows():
         if row.notna().all() and row.nunique() == 1:
@@ -190,22 +236,31 @@ class AnalyserVerdict:
     @property
     def kind(self) -> str | None:
         """The error type in :class:`Mismatch`'s words."""
-        return {"COLLECTIVE_TYPE_MISMATCH": "different collective",
-                "SIZE_OR_SYNTAX_MISMATCH": "different sizes",
-                "NOT_ALL_RANKS_JOINED": "missing"}.get(self.error_type or "", self.error_type)
+        return {
+            "COLLECTIVE_TYPE_MISMATCH": "different collective",
+            "SIZE_OR_SYNTAX_MISMATCH": "different sizes",
+            "NOT_ALL_RANKS_JOINED": "missing",
+        }.get(self.error_type or "", self.error_type)
 
 
 def analyse_with_pytorch(folder: str | Path, timeout: float = 120) -> AnalyserVerdict:
     """Run ``python -m torch.distributed.flight_recorder.fr_trace`` on the dumps in ``folder``
     and read its verdict (the first collective it reports as wrong)."""
-    command = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder),
-               "--prefix", DUMP_PREFIX]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.flight_recorder.fr_trace",
+        str(folder),
+        "--prefix",
+        DUMP_PREFIX,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     output = (done.stdout + done.stderr).strip()
     if done.returncode != 0:
         last = "\n".join(output.splitlines()[-5:])
-        raise FlightRecorderError(folder, f"PyTorch's analyser failed (exit code "
-                                          f"{done.returncode}):\n{last}")
+        raise FlightRecorderError(
+            folder, f"PyTorch's analyser failed (exit code {done.returncode}):\n{last}"
+        )
     if m := re.search(r"Collective sequence number: (\d+) has errors", output):
         seq = int(m.group(1))
         culprit = re.search(r"Culprit rank (\d+); Error type: (\w+)", output)

@@ -42,35 +42,82 @@ class Kind:
 
 
 # collectives (gloo:, nccl:, c10d::), NCCL kernels, and RPC calls (not the remote ops they cause)
-_COMMUNICATION = (r"(?i)^(?:nccl|gloo|c10d|mpi)[:_]|^record_param_comms$|nccl(?:Dev)?Kernel"
-                  r"|^ProcessGroup|^rpc_(?:async|sync|remote)#(?!.*#remote_op)")
+_COMMUNICATION = (
+    r"(?i)^(?:nccl|gloo|c10d|mpi)[:_]|^record_param_comms$|nccl(?:Dev)?Kernel"
+    r"|^ProcessGroup|^rpc_(?:async|sync|remote)#(?!.*#remote_op)"
+)
 
 #: The table of kinds, in the order they appear in legends and summaries.
 KINDS: tuple[Kind, ...] = (
-    Kind("step", "#bbbbbb", 0, names=r"^ProfilerStep#\d+$",
-         recognised_by="name ProfilerStep#N (only with a profiler schedule)"),
-    Kind("compute", "#0072b2", 3, frozenset({"cpu_op", "operator"}),
-         names=r"^(?:aten|prim|quantized)::|#remote_op: (?:aten|prim|quantized)::",
-         recognised_by="category cpu_op / operator; ops named aten::, prim::, quantized:: "
-                       "where the category is missing (legacy profiler), also when run on a "
-                       "remote worker for an RPC (...#remote_op: aten::add)"),
-    Kind("communication", "#d55e00", 10, names=_COMMUNICATION,
-         recognised_by="collectives (gloo:, nccl:, c10d::, NCCL kernels) and RPC calls"),
-    Kind("optimizer", "#009e73", 5, names=r"^Optimizer\.",
-         recognised_by="name Optimizer.* (step, zero_grad)"),
-    Kind("data loading", "#cc79a7", 6, names=r"DataLoader|^dataloader",
-         recognised_by="name containing DataLoader"),
-    Kind("annotation", "#f0e442", 1, frozenset({"user_annotation", "gpu_user_annotation"}),
-         names=r"#remote_op: ",
-         recognised_by="category user_annotation (record_function, module names); "
-                       "other remote events of an RPC (legacy profiler)"),
+    Kind(
+        "step",
+        "#bbbbbb",
+        0,
+        names=r"^ProfilerStep#\d+$",
+        recognised_by="name ProfilerStep#N (only with a profiler schedule)",
+    ),
+    Kind(
+        "compute",
+        "#0072b2",
+        3,
+        frozenset({"cpu_op", "operator"}),
+        names=r"^(?:aten|prim|quantized)::|#remote_op: (?:aten|prim|quantized)::",
+        recognised_by="category cpu_op / operator; ops named aten::, prim::, quantized:: "
+        "where the category is missing (legacy profiler), also when run on a "
+        "remote worker for an RPC (...#remote_op: aten::add)",
+    ),
+    Kind(
+        "communication",
+        "#d55e00",
+        10,
+        names=_COMMUNICATION,
+        recognised_by="collectives (gloo:, nccl:, c10d::, NCCL kernels) and RPC calls",
+    ),
+    Kind(
+        "optimizer",
+        "#009e73",
+        5,
+        names=r"^Optimizer\.",
+        recognised_by="name Optimizer.* (step, zero_grad)",
+    ),
+    Kind(
+        "data loading",
+        "#cc79a7",
+        6,
+        names=r"DataLoader|^dataloader",
+        recognised_by="name containing DataLoader",
+    ),
+    Kind(
+        "annotation",
+        "#f0e442",
+        1,
+        frozenset({"user_annotation", "gpu_user_annotation"}),
+        names=r"#remote_op: ",
+        recognised_by="category user_annotation (record_function, module names); "
+        "other remote events of an RPC (legacy profiler)",
+    ),
     Kind("gpu kernel", "#56b4e9", 7, frozenset({"kernel"}), recognised_by="category kernel"),
-    Kind("gpu memory", "#882255", 8, frozenset({"gpu_memcpy", "gpu_memset"}),
-         recognised_by="category gpu_memcpy / gpu_memset"),
-    Kind("cuda runtime", "#999933", 4, frozenset({"cuda_runtime", "cuda_driver"}),
-         recognised_by="category cuda_runtime / cuda_driver"),
-    Kind("python", "#e69f00", 2, frozenset({"python_function"}),
-         recognised_by="category python_function (with_stack=True)"),
+    Kind(
+        "gpu memory",
+        "#882255",
+        8,
+        frozenset({"gpu_memcpy", "gpu_memset"}),
+        recognised_by="category gpu_memcpy / gpu_memset",
+    ),
+    Kind(
+        "cuda runtime",
+        "#999933",
+        4,
+        frozenset({"cuda_runtime", "cuda_driver"}),
+        recognised_by="category cuda_runtime / cuda_driver",
+    ),
+    Kind(
+        "python",
+        "#e69f00",
+        2,
+        frozenset({"python_function"}),
+        recognised_by="category python_function (with_stack=True)",
+    ),
     Kind("other", "#777777", 9, recognised_by="anything else"),
 )
 
@@ -89,4 +136,3 @@ def event_kind(name: str, cat: str) -> str:
         if pattern.search(name):
             return kind
     return _CATEGORY_RULES.get(cat.lower(), "other")
-

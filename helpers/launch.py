@@ -43,16 +43,37 @@ from typing import Iterable, Sequence
 from . import recorded
 from ._guard import RUN_MARKER, processes_of_run, release_guard, start_guard, stop_run_processes
 from .kineto_noise import NOISE  # harmless profiler lines: kept in the logs, not echoed
-from .runs import (LOGS_DIR, MANIFEST_NAME, LaunchError, RankFailed, RendezvousTimedOut,
-                   RunInterrupted, RunRecord, RunTimedOut, _shorten_paths, new_run_dir)
+from .runs import (
+    LOGS_DIR,
+    MANIFEST_NAME,
+    LaunchError,
+    RankFailed,
+    RendezvousTimedOut,
+    RunInterrupted,
+    RunRecord,
+    RunTimedOut,
+    _shorten_paths,
+    new_run_dir,
+)
 
-__all__ = ["launch", "Device", "choose_device", "free_port", "processes_of_run", "LaunchError",
-           "RankFailed", "RunTimedOut", "RendezvousTimedOut", "RunInterrupted"]
+__all__ = [
+    "launch",
+    "Device",
+    "choose_device",
+    "free_port",
+    "processes_of_run",
+    "LaunchError",
+    "RankFailed",
+    "RunTimedOut",
+    "RendezvousTimedOut",
+    "RunInterrupted",
+]
 
 LAST_LINES = 20  # lines of a failing rank's output quoted in the error
 
 
 # ----------------------------------------------------------------------------- device
+
 
 @dataclass(frozen=True)
 class Device:
@@ -95,8 +116,12 @@ def choose_device(cpu: bool = False, min_gpus: int = 2, gpus: int | None = None)
         return Device("cuda", "nccl", n, f"{n} GPUs visible: one rank per GPU, nccl")
     if n == 0:
         return Device("cpu", "gloo", 0, "no GPU visible: ranks on the CPU, gloo")
-    return Device("cpu", "gloo", n, f"{n} GPU visible but {min_gpus} needed (a GPU per rank): "
-                                    f"ranks on the CPU, gloo")
+    return Device(
+        "cpu",
+        "gloo",
+        n,
+        f"{n} GPU visible but {min_gpus} needed (a GPU per rank): ranks on the CPU, gloo",
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -107,6 +132,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 # ------------------------------------------------------------ one torchrun agent (a node)
+
 
 class _RankLogs:
     """Follow the per-rank log files that torchrun writes with ``--redirects``.
@@ -156,16 +182,25 @@ _GLOBAL_RANKS = re.compile(r"global_ranks=\[(\d+)")
 class _Agent:
     """One torchrun agent (one node) of a run: its process, its output, its ranks' logs."""
 
-    def __init__(self, node: int, command: list[str], env: dict[str, str], node_dir: Path,
-                 nnodes: int):
+    def __init__(
+        self, node: int, command: list[str], env: dict[str, str], node_dir: Path, nnodes: int
+    ):
         self.node = node
         self.lines: list[str] = []
         self.logs = _RankLogs(node_dir / LOGS_DIR, first_rank=0 if nnodes == 1 else None)
         self.queue: queue.Queue[str | None] = queue.Queue()
         self.finished = False
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, text=True,
-                                        errors="replace", bufsize=1, start_new_session=True)
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -197,9 +232,17 @@ class _Agent:
 
 # ------------------------------------------------------------------ the steps of a launch
 
-def _agent_commands(script: Path, args: Sequence[str], nproc: int, nnodes: int, run_id: str,
-                    node_dirs: Sequence[Path], rdzv_timeout: float,
-                    netns: Sequence[tuple[str, str]]) -> list[list[str]]:
+
+def _agent_commands(
+    script: Path,
+    args: Sequence[str],
+    nproc: int,
+    nnodes: int,
+    run_id: str,
+    node_dirs: Sequence[Path],
+    rdzv_timeout: float,
+    netns: Sequence[tuple[str, str]],
+) -> list[list[str]]:
     """The torchrun command of each node. With ``netns`` each node's agent runs in its
     network namespace, and node 0's address hosts the rendezvous."""
     host = netns[0][1] if netns else "127.0.0.1"
@@ -212,25 +255,40 @@ def _agent_commands(script: Path, args: Sequence[str], nproc: int, nnodes: int, 
             prefix = ["ip", "netns", "exec", namespace]
             rdzv_conf += f",is_host={int(node == 0)}"
             local_addr = [f"--local-addr={address}"]
-        commands.append([
-            *prefix, sys.executable, "-m", "torch.distributed.run",
-            f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
-            f"--rdzv-conf={rdzv_conf}", *local_addr,
-            "--redirects=3", f"--log-dir={node_dir / LOGS_DIR}",
-            str(script), *map(str, args),
-        ])
+        commands.append(
+            [
+                *prefix,
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                f"--nnodes={nnodes}",
+                f"--nproc-per-node={nproc}",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}",
+                f"--rdzv-id={run_id}",
+                f"--rdzv-conf={rdzv_conf}",
+                *local_addr,
+                "--redirects=3",
+                f"--log-dir={node_dir / LOGS_DIR}",
+                str(script),
+                *map(str, args),
+            ]
+        )
     return commands
 
 
 def _rank_environment(device: Device, run_id: str, extra: dict[str, str] | None) -> dict[str, str]:
     """The environment every agent and rank starts with (``RUN_DIR`` is added per node)."""
     env = dict(os.environ)
-    env.update({
-        "DIST_BACKEND": device.backend, RUN_MARKER: run_id, "PYTHONUNBUFFERED": "1",
-        "KINETO_LOG_LEVEL": env.get("KINETO_LOG_LEVEL", "5"),
-        "LOGLEVEL": "INFO",  # torchrun then logs which global ranks each node got
-    })
+    env.update(
+        {
+            "DIST_BACKEND": device.backend,
+            RUN_MARKER: run_id,
+            "PYTHONUNBUFFERED": "1",
+            "KINETO_LOG_LEVEL": env.get("KINETO_LOG_LEVEL", "5"),
+            "LOGLEVEL": "INFO",  # torchrun then logs which global ranks each node got
+        }
+    )
     if device.kind == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # ranks share the cores: one thread each
         if device.gpus:
@@ -261,15 +319,23 @@ class _CtrlC:
 
     def __exit__(self, *exc) -> None:
         if self._installed:
-            signal.signal(signal.SIGINT, self._previous if self._previous is not None
-                          else signal.default_int_handler)
+            signal.signal(
+                signal.SIGINT,
+                self._previous if self._previous is not None else signal.default_int_handler,
+            )
 
 
 class _Run:
     """The live part of a launch: the agents, what the ranks print, how the run ends."""
 
-    def __init__(self, record: RunRecord, commands: list[list[str]], env: dict[str, str],
-                 node_dirs: Sequence[Path], echo: bool):
+    def __init__(
+        self,
+        record: RunRecord,
+        commands: list[list[str]],
+        env: dict[str, str],
+        node_dirs: Sequence[Path],
+        echo: bool,
+    ):
         self.record, self.echo = record, echo
         self.rank_lines: dict[int, deque[str]] = {}
         self.echoed: list[tuple[int, str]] = []
@@ -277,9 +343,15 @@ class _Run:
         self.agents: list[_Agent] = []
         for node, (command, node_dir) in enumerate(zip(commands, node_dirs)):
             node_dir.mkdir(parents=True, exist_ok=True)
-            self.agents.append(_Agent(node, command, {**env, "RUN_DIR": str(node_dir),
-                                                      "NODE_NAME": f"node{node}"},
-                                      node_dir, record.nnodes))
+            self.agents.append(
+                _Agent(
+                    node,
+                    command,
+                    {**env, "RUN_DIR": str(node_dir), "NODE_NAME": f"node{node}"},
+                    node_dir,
+                    record.nnodes,
+                )
+            )
 
     def take_rank_lines(self, final: bool = False) -> None:
         """Keep (and echo) what the ranks printed since the last call."""
@@ -311,8 +383,11 @@ class _Run:
                 self.take_rank_lines()
                 if any(a.failed for a in self.agents):
                     break  # one node failed: stop the others rather than let them hang
-            stop_run_processes([a.process for a in self.agents], self.record.run_id,
-                               grace=1.0 if outcome == "ok" else 3.0)  # normally finds nothing left
+            stop_run_processes(
+                [a.process for a in self.agents],
+                self.record.run_id,
+                grace=1.0 if outcome == "ok" else 3.0,
+            )  # normally finds nothing left
             for agent in self.agents:
                 agent.drain()
         if outcome == "ok" and not all(a.finished and not a.failed for a in self.agents):
@@ -325,8 +400,11 @@ class _Run:
         record = self.record
         record.status = status
         record.exit_codes = exit_codes
-        record.nodes = {a.node: list(range(a.logs.first_rank, a.logs.first_rank + record.nproc))
-                        for a in self.agents if a.logs.first_rank is not None}
+        record.nodes = {
+            a.node: list(range(a.logs.first_rank, a.logs.first_rank + record.nproc))
+            for a in self.agents
+            if a.logs.first_rank is not None
+        }
         record.ended = _dt.datetime.now().isoformat(timespec="seconds")
         record.seconds = round(time.monotonic() - self.t0, 3)
         record.output = {r: list(d) for r, d in sorted(self.rank_lines.items())}
@@ -354,8 +432,9 @@ def _quoted(lines: Sequence[str]) -> str:
     return "\n".join("    " + line for line in lines) or "    (no output)"
 
 
-def _conclude(run: _Run, outcome: str, timeout: float, rdzv_timeout: float,
-              started_nodes: int) -> LaunchError | None:
+def _conclude(
+    run: _Run, outcome: str, timeout: float, rdzv_timeout: float, started_nodes: int
+) -> LaunchError | None:
     """Record how the run ended; the error to raise, or None when it went well."""
     record = run.record
     unknown = {r: None for r in range(record.world_size)}
@@ -365,58 +444,101 @@ def _conclude(run: _Run, outcome: str, timeout: float, rdzv_timeout: float,
         return None
     if outcome == "interrupted":
         run.finish("interrupted", unknown)
-        return RunInterrupted(f"run {where} was interrupted; all its processes were stopped",
-                              record)
+        return RunInterrupted(
+            f"run {where} was interrupted; all its processes were stopped", record
+        )
     if outcome == "timeout":
         run.finish("timeout", unknown)
-        return RunTimedOut(f"run {where} was still going after {timeout:g} s and was killed "
-                           f"with all its processes; raise timeout= if it needs longer", record)
+        return RunTimedOut(
+            f"run {where} was still going after {timeout:g} s and was killed "
+            f"with all its processes; raise timeout= if it needs longer",
+            record,
+        )
     agent_lines = [line for a in run.agents for line in a.lines]
     if any("RendezvousTimeoutError" in line for line in agent_lines):
         run.finish("rendezvous timeout", unknown)
         return RendezvousTimedOut(
             f"the rendezvous timed out after {rdzv_timeout:g} s: {started_nodes} of "
             f"{record.nnodes} nodes joined. Every node must run torchrun with the same --nnodes, "
-            f"--rdzv-endpoint and --rdzv-id, and reach the endpoint's host and port", record)
+            f"--rdzv-endpoint and --rdzv-id, and reach the endpoint's host and port",
+            record,
+        )
     rank, failed = _failed_ranks(agent_lines)
     run.finish("failed", {r: failed.get(r) for r in range(record.world_size)})
     if rank is None:
-        return LaunchError(f"torchrun exited before any rank reported; its last lines:\n"
-                           f"{_quoted(agent_lines[-LAST_LINES:])}", record)
+        return LaunchError(
+            f"torchrun exited before any rank reported; its last lines:\n"
+            f"{_quoted(agent_lines[-LAST_LINES:])}",
+            record,
+        )
     last = [line for line in run.rank_lines.get(rank, []) if not NOISE.search(line)][-LAST_LINES:]
-    return RankFailed(f"rank {rank} exited with code {failed[rank]}; the other ranks were "
-                      f"stopped. Last lines of rank {rank}:\n{_quoted(last)}",
-                      record, rank, failed[rank], last)
+    return RankFailed(
+        f"rank {rank} exited with code {failed[rank]}; the other ranks were "
+        f"stopped. Last lines of rank {rank}:\n{_quoted(last)}",
+        record,
+        rank,
+        failed[rank],
+        last,
+    )
 
 
 def _existing_script(script: str | Path) -> Path:
     script = Path(script)
     if not script.is_file():
-        raise FileNotFoundError(f"script {script}: no such file (the working directory is "
-                                f"{Path.cwd().name}/); write it first, e.g. with %%writefile")
+        raise FileNotFoundError(
+            f"script {script}: no such file (the working directory is "
+            f"{Path.cwd().name}/); write it first, e.g. with %%writefile"
+        )
     return script
 
 
-def _new_record(script: Path, args: Sequence[str], nproc: int, nnodes: int, device: Device,
-                run_dir: Path, command: list[str], echo: bool) -> RunRecord:
+def _new_record(
+    script: Path,
+    args: Sequence[str],
+    nproc: int,
+    nnodes: int,
+    device: Device,
+    run_dir: Path,
+    command: list[str],
+    echo: bool,
+) -> RunRecord:
     """The record of a run that is starting, saved as its manifest (and announced)."""
     record = RunRecord(
-        experiment=run_dir.parent.name, run_id=run_dir.name, run_dir=run_dir,
+        experiment=run_dir.parent.name,
+        run_id=run_dir.name,
+        run_dir=run_dir,
         command=["python" if part == sys.executable else part for part in command],
-        script=script.name, args=list(map(str, args)), nproc=nproc, nnodes=nnodes,
-        world_size=nproc * nnodes, backend=device.backend, device=device.kind,
-        started=_dt.datetime.now().isoformat(timespec="seconds"))
+        script=script.name,
+        args=list(map(str, args)),
+        nproc=nproc,
+        nnodes=nnodes,
+        world_size=nproc * nnodes,
+        backend=device.backend,
+        device=device.kind,
+        started=_dt.datetime.now().isoformat(timespec="seconds"),
+    )
     record.save()
     if echo:
         print(f"launching {record.describe()}", flush=True)
     return record
 
 
-def launch(script: str | Path, nproc: int | None = None, *, experiment: str | None = None,
-           args: Sequence[str] = (), timeout: float = 300.0, echo: bool = True, nnodes: int = 1,
-           start_nodes: int | None = None, rdzv_timeout: float = 60.0, cpu: bool = False,
-           env: dict[str, str] | None = None, traces_root: str | Path | None = None,
-           netns: Sequence[tuple[str, str]] = ()) -> RunRecord:
+def launch(
+    script: str | Path,
+    nproc: int | None = None,
+    *,
+    experiment: str | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 300.0,
+    echo: bool = True,
+    nnodes: int = 1,
+    start_nodes: int | None = None,
+    rdzv_timeout: float = 60.0,
+    cpu: bool = False,
+    env: dict[str, str] | None = None,
+    traces_root: str | Path | None = None,
+    netns: Sequence[tuple[str, str]] = (),
+) -> RunRecord:
     """Run ``script`` under torchrun (``python -m torch.distributed.run``); return its RunRecord.
 
     nproc: ranks per node (default: one per GPU on a GPU node, else 2). experiment: the folder
@@ -440,20 +562,23 @@ def launch(script: str | Path, nproc: int | None = None, *, experiment: str | No
     device = choose_device(cpu=cpu)  # in recorded mode: the recordings' CPU
     nproc = nproc or device.nproc()
     if recorded.replaying():
-        return recorded.replay(script, nproc, experiment or script.stem, args, nnodes,
-                               start_nodes, echo, traces_root)
+        return recorded.replay(
+            script, nproc, experiment or script.stem, args, nnodes, start_nodes, echo, traces_root
+        )
     if nproc < 1 or nnodes < 1 or (netns and len(netns) != nnodes):
-        raise ValueError(f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces: need at "
-                         f"least one rank and one node, and a namespace per node if any")
+        raise ValueError(
+            f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces: need at "
+            f"least one rank and one node, and a namespace per node if any"
+        )
     run_id, run_dir = new_run_dir(experiment or script.stem, traces_root)
     node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
-    commands = _agent_commands(script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout,
-                               netns)
+    commands = _agent_commands(script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout, netns)
     record = _new_record(script, args, nproc, nnodes, device, run_dir, commands[0], echo)
     guard, guard_pipe = start_guard(run_dir / MANIFEST_NAME, run_id)
     try:
-        run = _Run(record, commands[:start_nodes], _rank_environment(device, run_id, env),
-                   node_dirs, echo)
+        run = _Run(
+            record, commands[:start_nodes], _rank_environment(device, run_id, env), node_dirs, echo
+        )
         error = _conclude(run, run.watch(timeout), timeout, rdzv_timeout, start_nodes)
     except BaseException:
         stop_run_processes([], run_id)

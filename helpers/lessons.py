@@ -30,8 +30,11 @@ def script_from_lesson(script: str, lesson: str, dest: str | Path = ".") -> None
     for cell in json.loads(notebook.read_text())["cells"]:
         source = "".join(cell["source"])
         first, _, body = source.partition("\n")
-        if cell["cell_type"] == "code" and first.split()[-1:] == [script] \
-                and first.startswith("%%writefile"):
+        if (
+            cell["cell_type"] == "code"
+            and first.split()[-1:] == [script]
+            and first.startswith("%%writefile")
+        ):
             path = Path(dest) / script
             path.write_text(body)
             print(f"{script} written from lesson {lesson}")

@@ -39,13 +39,20 @@ def step_window(events: pd.DataFrame, step: int) -> tuple[float, float]:
     rows = events[events["name"].astype(str) == f"ProfilerStep#{step}"]
     if rows.empty:
         steps = sorted(events["step"].dropna().unique().tolist()) if "step" in events else []
-        raise ValueError(f"step={step}: no ProfilerStep#{step} in these events; steps present: "
-                         f"{steps or 'none (was the profiler run with a schedule?)'}")
+        raise ValueError(
+            f"step={step}: no ProfilerStep#{step} in these events; steps present: "
+            f"{steps or 'none (was the profiler run with a schedule?)'}"
+        )
     return rows["rel_us"].min() / 1e3, (rows["rel_us"] + rows["dur_us"]).max() / 1e3
 
 
-def _rows(events: pd.DataFrame, drawable: pd.DataFrame, lanes: bool,
-          nodes: dict[int, list[int]] | None, row_label: str):
+def _rows(
+    events: pd.DataFrame,
+    drawable: pd.DataFrame,
+    lanes: bool,
+    nodes: dict[int, list[int]] | None,
+    row_label: str,
+):
     """The y position of each (rank, lane) row, the tick labels, the total height, and
     where one node's rows end and the next begin."""
     node_of = {r: n for n, ranks in (nodes or {}).items() for r in ranks}
@@ -57,8 +64,11 @@ def _rows(events: pd.DataFrame, drawable: pd.DataFrame, lanes: bool,
             node_breaks.append(y - 0.15)
             y += 0.4  # a wider gap between nodes
         prefix = f"node {node_of[rank]} · " if rank in node_of else ""
-        rank_lanes = (sorted(drawable.loc[drawable["rank"] == rank, "lane"].astype(str).unique())
-                      if lanes else [None])
+        rank_lanes = (
+            sorted(drawable.loc[drawable["rank"] == rank, "lane"].astype(str).unique())
+            if lanes
+            else [None]
+        )
         for lane in rank_lanes or [None]:
             rows[(rank, lane)] = y
             ticks.append(y + 0.4)
@@ -82,8 +92,11 @@ def _row_index(ev: pd.DataFrame, rows: dict, lanes: bool) -> np.ndarray:
     """The position in ``rows`` of each event's (rank, lane) row."""
     if not lanes:
         return pd.Index([rank for rank, _ in rows]).get_indexer(ev["rank"].to_numpy())
-    lane = pd.Categorical(ev["lane"].astype(str)) if ev["lane"].dtype != "category" \
+    lane = (
+        pd.Categorical(ev["lane"].astype(str))
+        if ev["lane"].dtype != "category"
         else ev["lane"].array
+    )
     lane_code = {name: i for i, name in enumerate(lane.categories.astype(str))}
     width = len(lane_code) + 1
     keys = pd.Index([int(rank) * width + lane_code.get(name, width - 1) for rank, name in rows])
@@ -103,8 +116,9 @@ def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span:
         if not mine.any():
             continue
         # steps stay separate even where they touch; other bars merge below a pixel
-        s0, s1, r = _merged_bars(x0[mine], x1[mine], row[mine],
-                                 -1e-9 if k == "step" else span * MERGE_FRACTION)
+        s0, s1, r = _merged_bars(
+            x0[mine], x1[mine], row[mine], -1e-9 if k == "step" else span * MERGE_FRACTION
+        )
         base = row_y[r]
         if k == "step":  # a thin band at the top of the row, a tick where each step begins
             b0, b1 = base - 0.16, base - 0.03
@@ -120,18 +134,37 @@ def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span:
         verts[:, 0, 1] = verts[:, 3, 1] = b0
         verts[:, 1, 1] = verts[:, 2, 1] = b1
         edge = "white" if k == "step" else "none"
-        ax.add_collection(PolyCollection(verts, facecolors=KIND_COLORS[k], edgecolors=edge,
-                                         linewidths=0.8 if k == "step" else 0, label=k))
+        ax.add_collection(
+            PolyCollection(
+                verts,
+                facecolors=KIND_COLORS[k],
+                edgecolors=edge,
+                linewidths=0.8 if k == "step" else 0,
+                label=k,
+            )
+        )
         if k == "step":  # a dark tick where each step begins: visible at any zoom
-            ax.add_collection(LineCollection(np.stack([np.c_[s0, b0 - 0.06], np.c_[s0, b1 + 0.06]],
-                                                      axis=1), colors=STEP_TICK, linewidths=1.2))
+            ax.add_collection(
+                LineCollection(
+                    np.stack([np.c_[s0, b0 - 0.06], np.c_[s0, b1 + 0.06]], axis=1),
+                    colors=STEP_TICK,
+                    linewidths=1.2,
+                )
+            )
 
 
-def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | None = None,
-                       step: int | None = None, lanes: bool = False,
-                       kinds: list[str] | None = None, nodes: dict[int, list[int]] | None = None,
-                       ax: plt.Axes | None = None, title: str | None = None,
-                       row_label: str = "rank") -> Figure:
+def plot_rank_timeline(
+    events: pd.DataFrame,
+    *,
+    window: tuple[float, float] | None = None,
+    step: int | None = None,
+    lanes: bool = False,
+    kinds: list[str] | None = None,
+    nodes: dict[int, list[int]] | None = None,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+    row_label: str = "rank",
+) -> Figure:
     """Draw the events of every rank on one time axis and return the figure.
 
     events: a DataFrame from ``load_run(...).events`` (needs rank, lane, kind, rel_us, dur_us).
@@ -158,22 +191,35 @@ def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | No
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 0.9 + 0.42 * height))
     if len(ev):
-        span = (window[1] - window[0]) if window is not None else \
-            float((ev["rel_us"] + ev["dur_us"]).max() - ev["rel_us"].min()) / 1e3
+        span = (
+            (window[1] - window[0])
+            if window is not None
+            else float((ev["rel_us"] + ev["dur_us"]).max() - ev["rel_us"].min()) / 1e3
+        )
         _draw(ax, ev, rows, lanes, shown, span)
     if node_breaks:
-        ax.add_collection(LineCollection([[(-1e12, b), (1e12, b)] for b in node_breaks],
-                                         colors="black", linewidths=0.8))
+        ax.add_collection(
+            LineCollection(
+                [[(-1e12, b), (1e12, b)] for b in node_breaks], colors="black", linewidths=0.8
+            )
+        )
     drawn = set(ev["kind"].unique().astype(str))
     present = [k for k in KIND_NAMES if k in drawn]
-    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in present],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.legend(
+        handles=[Patch(color=KIND_COLORS[k], label=k) for k in present],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.set_ylim(height, -0.3)
     if window is not None:
         ax.set_xlim(*window)
     elif len(ev):
-        ax.set_xlim(float(ev["rel_us"].min()) / 1e3, float((ev["rel_us"] + ev["dur_us"]).max()) / 1e3)
+        ax.set_xlim(
+            float(ev["rel_us"].min()) / 1e3, float((ev["rel_us"] + ev["dur_us"]).max()) / 1e3
+        )
     ax.set_xlabel("time since the run's first event (ms)")
     ax.grid(axis="x", alpha=0.3)
     if title:
@@ -182,8 +228,9 @@ def plot_rank_timeline(events: pd.DataFrame, *, window: tuple[float, float] | No
     return ax.figure
 
 
-def plot_collective_sequences(records: pd.DataFrame, mismatch=None, last: int = 10,
-                              title: str | None = None) -> Figure:
+def plot_collective_sequences(
+    records: pd.DataFrame, mismatch=None, last: int = 10, title: str | None = None
+) -> Figure:
     """Each rank's collectives in the order it called them, side by side (one column per rank,
     sequence number downwards), as Flight Recorder dumps record them.
 
@@ -201,20 +248,57 @@ def plot_collective_sequences(records: pd.DataFrame, mismatch=None, last: int = 
         for x, rank in enumerate(ranks):
             if (seq, rank) in cells.index:
                 row = cells.loc[(seq, rank)]
-                ax.add_patch(plt.Rectangle((x + 0.05, y + 0.1), 0.9, 0.8, facecolor=colour,
-                                           alpha=0.35, edgecolor="none"))
-                ax.text(x + 0.5, y + 0.5, f"{row['collective']} {row['input_sizes']}",
-                        ha="center", va="center", fontsize=8)
+                ax.add_patch(
+                    plt.Rectangle(
+                        (x + 0.05, y + 0.1),
+                        0.9,
+                        0.8,
+                        facecolor=colour,
+                        alpha=0.35,
+                        edgecolor="none",
+                    )
+                )
+                ax.text(
+                    x + 0.5,
+                    y + 0.5,
+                    f"{row['collective']} {row['input_sizes']}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                )
             else:
-                ax.add_patch(plt.Rectangle((x + 0.05, y + 0.1), 0.9, 0.8, fill=False,
-                                           linestyle="--", edgecolor="#777777"))
-                ax.text(x + 0.5, y + 0.5, "(nothing)", ha="center", va="center", fontsize=8,
-                        color="#777777")
+                ax.add_patch(
+                    plt.Rectangle(
+                        (x + 0.05, y + 0.1),
+                        0.9,
+                        0.8,
+                        fill=False,
+                        linestyle="--",
+                        edgecolor="#777777",
+                    )
+                )
+                ax.text(
+                    x + 0.5,
+                    y + 0.5,
+                    "(nothing)",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="#777777",
+                )
         if mismatch is not None and seq == mismatch.seq:
-            ax.add_patch(plt.Rectangle((0, y + 0.02), len(ranks), 0.96, fill=False,
-                                       edgecolor="black", linewidth=2))
-            ax.text(len(ranks) + 0.05, y + 0.5, f"first mismatch:\n{mismatch.kind}",
-                    va="center", fontsize=8)
+            ax.add_patch(
+                plt.Rectangle(
+                    (0, y + 0.02), len(ranks), 0.96, fill=False, edgecolor="black", linewidth=2
+                )
+            )
+            ax.text(
+                len(ranks) + 0.05,
+                y + 0.5,
+                f"first mismatch:\n{mismatch.kind}",
+                va="center",
+                fontsize=8,
+            )
     ax.set_xlim(0, len(ranks) + (0.9 if mismatch is not None else 0))
     ax.set_ylim(len(seqs), 0)
     ax.set_xticks([x + 0.5 for x in range(len(ranks))], [f"rank {r}" for r in ranks])

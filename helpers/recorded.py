@@ -23,11 +23,27 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from .runs import (LOGS_DIR, REPO_ROOT, LaunchError, RankFailed, RendezvousTimedOut,
-                   RunInterrupted, RunRecord, RunTimedOut, new_run_dir)
+from .runs import (
+    LOGS_DIR,
+    REPO_ROOT,
+    LaunchError,
+    RankFailed,
+    RendezvousTimedOut,
+    RunInterrupted,
+    RunRecord,
+    RunTimedOut,
+    new_run_dir,
+)
 
-__all__ = ["RECORDINGS_ROOT", "RecordingMissing", "use_recorded_runs", "replaying", "recording",
-           "replay", "save_recording"]
+__all__ = [
+    "RECORDINGS_ROOT",
+    "RecordingMissing",
+    "use_recorded_runs",
+    "replaying",
+    "recording",
+    "replay",
+    "save_recording",
+]
 
 RECORDINGS_ROOT = REPO_ROOT / "recordings"
 RECORDING_NAME = "recording.json"
@@ -60,10 +76,17 @@ def recording() -> bool:
     return _env_flag("PDP_RECORD") and not replaying()
 
 
-def _key(script: str, experiment: str, nproc: int, nnodes: int, start_nodes: int,
-         args: Sequence[str]) -> dict:
-    return {"script": script, "experiment": experiment, "nproc": nproc, "nnodes": nnodes,
-            "start_nodes": start_nodes, "args": [str(a) for a in args]}
+def _key(
+    script: str, experiment: str, nproc: int, nnodes: int, start_nodes: int, args: Sequence[str]
+) -> dict:
+    return {
+        "script": script,
+        "experiment": experiment,
+        "nproc": nproc,
+        "nnodes": nnodes,
+        "start_nodes": start_nodes,
+        "args": [str(a) for a in args],
+    }
 
 
 def _folder_name(key: dict) -> str:
@@ -71,11 +94,13 @@ def _folder_name(key: dict) -> str:
     return f"{key['experiment']}-{digest}"
 
 
-def save_recording(record: RunRecord, echoed: list[tuple[int, str]], error: Exception | None,
-                   start_nodes: int) -> Path:
+def save_recording(
+    record: RunRecord, echoed: list[tuple[int, str]], error: Exception | None, start_nodes: int
+) -> Path:
     """Keep a finished live run as a recording: its files gzipped, its output, its error."""
-    key = _key(record.script, record.experiment, record.nproc, record.nnodes, start_nodes,
-               record.args)
+    key = _key(
+        record.script, record.experiment, record.nproc, record.nnodes, start_nodes, record.args
+    )
     dest = RECORDINGS_ROOT / _folder_name(key)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -95,10 +120,19 @@ def save_recording(record: RunRecord, echoed: list[tuple[int, str]], error: Exce
         for attr in ("rank", "exit_code", "last_lines"):
             if hasattr(error, attr):
                 spec[attr] = getattr(error, attr)
-    (dest / RECORDING_NAME).write_text(json.dumps({
-        "key": key, "manifest": record.to_json(), "files": files, "error": spec,
-        "output": {str(r): lines for r, lines in record.output.items()},
-        "echoed": echoed}, indent=1))
+    (dest / RECORDING_NAME).write_text(
+        json.dumps(
+            {
+                "key": key,
+                "manifest": record.to_json(),
+                "files": files,
+                "error": spec,
+                "output": {str(r): lines for r, lines in record.output.items()},
+                "echoed": echoed,
+            },
+            indent=1,
+        )
+    )
     return dest
 
 
@@ -106,18 +140,29 @@ def _find(key: dict) -> Path:
     folder = RECORDINGS_ROOT / _folder_name(key)
     if (folder / RECORDING_NAME).is_file():
         return folder
-    same = sorted(json.loads(p.read_text())["key"]["args"]
-                  for p in RECORDINGS_ROOT.glob(f"{key['experiment']}-*/{RECORDING_NAME}"))
+    same = sorted(
+        json.loads(p.read_text())["key"]["args"]
+        for p in RECORDINGS_ROOT.glob(f"{key['experiment']}-*/{RECORDING_NAME}")
+    )
     known = "; ".join(" ".join(a) or "(no arguments)" for a in same) or "none"
     raise RecordingMissing(
         f"recorded mode: no recording of {key['script']} with {key['nproc']} ranks per node on "
         f"{key['nnodes']} node(s) and arguments {key['args']} (experiment "
         f"{key['experiment']!r}; recorded arguments for it: {known}). Recorded mode replays "
-        f"the lessons' own runs only: launch for real with use_recorded_runs(False)")
+        f"the lessons' own runs only: launch for real with use_recorded_runs(False)"
+    )
 
 
-def replay(script: Path, nproc: int, experiment: str, args: Sequence[str], nnodes: int,
-           start_nodes: int, echo: bool, traces_root: str | Path | None) -> RunRecord:
+def replay(
+    script: Path,
+    nproc: int,
+    experiment: str,
+    args: Sequence[str],
+    nnodes: int,
+    start_nodes: int,
+    echo: bool,
+    traces_root: str | Path | None,
+) -> RunRecord:
     """Answer a launch with its recording: a new run folder with the recorded files; the
     recorded output printed; the recorded error raised if the run failed."""
     source = _find(_key(script.name, experiment, nproc, nnodes, start_nodes, args))
@@ -127,8 +172,9 @@ def replay(script: Path, nproc: int, experiment: str, args: Sequence[str], nnode
         target = run_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(gzip.decompress((source / "files" / (rel + ".gz")).read_bytes()))
-    record = RunRecord.from_json(dict(saved["manifest"], run_id=run_id, replayed_from=source.name),
-                                 run_dir)
+    record = RunRecord.from_json(
+        dict(saved["manifest"], run_id=run_id, replayed_from=source.name), run_dir
+    )
     record.output = {int(r): lines for r, lines in saved["output"].items()}
     record.save()
     if echo:
@@ -141,8 +187,10 @@ def replay(script: Path, nproc: int, experiment: str, args: Sequence[str], nnode
 
 
 def _recorded_error(spec: dict, record: RunRecord) -> Exception:
-    cls = {c.__name__: c for c in (LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted,
-                                   RunTimedOut)}[spec["type"]]
+    cls = {
+        c.__name__: c
+        for c in (LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted, RunTimedOut)
+    }[spec["type"]]
     message = spec["message"].replace(_RUN_DIR_MARK, record.relative_dir())
     if "rank" in spec:
         return cls(message, record, spec["rank"], spec["exit_code"], spec["last_lines"])

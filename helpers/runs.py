@@ -25,9 +25,22 @@ from pathlib import Path
 
 from .kineto_noise import NOISE
 
-__all__ = ["REPO_ROOT", "TRACES_ROOT", "MANIFEST_NAME", "LOGS_DIR", "CACHE_DIR", "RunRecord",
-           "new_run_dir", "show_path", "usable_cores", "LaunchError", "RankFailed", "RunTimedOut",
-           "RendezvousTimedOut", "RunInterrupted"]
+__all__ = [
+    "REPO_ROOT",
+    "TRACES_ROOT",
+    "MANIFEST_NAME",
+    "LOGS_DIR",
+    "CACHE_DIR",
+    "RunRecord",
+    "new_run_dir",
+    "show_path",
+    "usable_cores",
+    "LaunchError",
+    "RankFailed",
+    "RunTimedOut",
+    "RendezvousTimedOut",
+    "RunInterrupted",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRACES_ROOT = REPO_ROOT / "traces"
@@ -101,12 +114,17 @@ class RunRecord:
 
     def lines(self, rank: int) -> list[str]:
         """What a rank printed (stdout, then stderr), without blank lines and profiler noise."""
-        return [line for line in self.output.get(rank, []) if line.strip() and not NOISE.search(line)]
+        return [
+            line for line in self.output.get(rank, []) if line.strip() and not NOISE.search(line)
+        ]
 
     def paths(self, pattern: str = "*") -> list[Path]:
         """Files in the run folder matching a glob pattern (recursive), sorted."""
-        return sorted(p for p in self.run_dir.rglob(pattern)
-                      if p.is_file() and CACHE_DIR not in p.relative_to(self.run_dir).parts)
+        return sorted(
+            p
+            for p in self.run_dir.rglob(pattern)
+            if p.is_file() and CACHE_DIR not in p.relative_to(self.run_dir).parts
+        )
 
     def relative_dir(self) -> str:
         """The run folder as a notebook should show it (see :func:`show_path`)."""
@@ -116,8 +134,10 @@ class RunRecord:
         """One line saying what ran where: ``train.py with 4 ranks on 2 nodes (cpu, gloo) ->
         traces/ddp/<run-id>`` (``on N nodes`` only when there is more than one)."""
         nodes = f" on {self.nnodes} nodes" if self.nnodes > 1 else ""
-        return (f"{self.script} with {self.world_size} ranks{nodes} ({self.device}, "
-                f"{self.backend}) -> {self.relative_dir()}")
+        return (
+            f"{self.script} with {self.world_size} ranks{nodes} ({self.device}, "
+            f"{self.backend}) -> {self.relative_dir()}"
+        )
 
     def torchrun_command(self) -> str:
         """The command line of node 0's torchrun agent as it was run, paths inside the
@@ -125,8 +145,10 @@ class RunRecord:
         return _shorten_paths(" ".join(self.command))
 
     def __repr__(self) -> str:
-        return (f"RunRecord({self.experiment}/{self.run_id}: {self.status}, "
-                f"{self.world_size} ranks, {self.backend}, {len(self.files)} files)")
+        return (
+            f"RunRecord({self.experiment}/{self.run_id}: {self.status}, "
+            f"{self.world_size} ranks, {self.backend}, {len(self.files)} files)"
+        )
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -151,8 +173,10 @@ class RunRecord:
         run_dir = Path(run_dir)
         path = run_dir / MANIFEST_NAME
         if not path.is_file():
-            raise FileNotFoundError(f"{show_path(path)}: no run manifest here; is this a run "
-                                    f"folder made by helpers.launch?")
+            raise FileNotFoundError(
+                f"{show_path(path)}: no run manifest here; is this a run "
+                f"folder made by helpers.launch?"
+            )
         return cls.from_json(json.loads(path.read_text()), run_dir)
 
     @classmethod
@@ -167,6 +191,7 @@ class RunRecord:
 
 # ------------------------------------------------------------- how a run can end badly
 
+
 class LaunchError(RuntimeError):
     """A run did not finish cleanly. ``record`` is its :class:`RunRecord`."""
 
@@ -178,8 +203,9 @@ class LaunchError(RuntimeError):
 class RankFailed(LaunchError):
     """A rank exited with a non-zero code; the other ranks were stopped."""
 
-    def __init__(self, message: str, record: RunRecord, rank: int, exit_code: int,
-                 last_lines: list[str]):
+    def __init__(
+        self, message: str, record: RunRecord, rank: int, exit_code: int, last_lines: list[str]
+    ):
         super().__init__(message, record)
         self.rank = rank
         self.exit_code = exit_code
@@ -202,8 +228,11 @@ def _list_files(run_dir: Path) -> dict[str, int]:
     files = {}
     for p in sorted(run_dir.rglob("*")):
         rel = p.relative_to(run_dir)
-        if p.is_file() and rel.parts[0] != CACHE_DIR and not (
-                p.name.startswith(MANIFEST_NAME) and len(rel.parts) == 1):
+        if (
+            p.is_file()
+            and rel.parts[0] != CACHE_DIR
+            and not (p.name.startswith(MANIFEST_NAME) and len(rel.parts) == 1)
+        ):
             files[str(rel)] = p.stat().st_size
     return files
 
@@ -211,8 +240,10 @@ def _list_files(run_dir: Path) -> dict[str, int]:
 def new_run_dir(experiment: str, traces_root: str | Path | None = None) -> tuple[str, Path]:
     """Create ``traces/<experiment>/<run-id>/`` (never reusing one) and return ``(run_id, path)``."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", experiment):
-        raise ValueError(f"experiment={experiment!r}: use letters, digits, '-', '_' or '.' "
-                         f"(it becomes a folder name)")
+        raise ValueError(
+            f"experiment={experiment!r}: use letters, digits, '-', '_' or '.' "
+            f"(it becomes a folder name)"
+        )
     root = Path(traces_root) if traces_root is not None else TRACES_ROOT
     while True:
         run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)

@@ -36,14 +36,33 @@ import numpy as np
 import pandas as pd
 
 from . import _tracecache
-from ._tracefile import (GPU_CATEGORIES, RANK_IN_NAME, FileColumns, TraceError,
-                         TraceHeader, TraceWarning, code_dtype, decode_error, read_bytes,
-                         read_columns)
+from ._tracefile import (
+    GPU_CATEGORIES,
+    RANK_IN_NAME,
+    FileColumns,
+    TraceError,
+    TraceHeader,
+    TraceWarning,
+    code_dtype,
+    decode_error,
+    read_bytes,
+    read_columns,
+)
 from .kinds import KIND_NAMES, event_kind
 from .runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path, usable_cores
 
-__all__ = ["TraceError", "TraceWarning", "TraceHeader", "Trace", "RunTraces", "load_trace",
-           "load_run", "trace_files", "merge_traces", "gather_traces"]
+__all__ = [
+    "TraceError",
+    "TraceWarning",
+    "TraceHeader",
+    "Trace",
+    "RunTraces",
+    "load_trace",
+    "load_run",
+    "trace_files",
+    "merge_traces",
+    "gather_traces",
+]
 
 MERGED_KEY = "mergedRanks"
 PROGRESS_AFTER_S = 2.0  # a load that takes longer shows a progress line
@@ -75,6 +94,7 @@ class RunTraces:
 
 # --------------------------------------------------------- one frame from many files
 
+
 def _fill(parts: Sequence[FileColumns], take, n: int, dtype, order) -> np.ndarray:
     """One array of ``n`` from a per-file array, in ``order`` if given. ``take(part)`` returns
     the part's array and lets it go, so that memory is freed as the run's array fills."""
@@ -82,7 +102,7 @@ def _fill(parts: Sequence[FileColumns], take, n: int, dtype, order) -> np.ndarra
     pos = 0
     for part in parts:
         chunk = take(part)
-        out[pos:pos + len(chunk)] = chunk
+        out[pos : pos + len(chunk)] = chunk
         pos += len(chunk)
         del chunk
     return out if order is None else out[order]
@@ -90,10 +110,12 @@ def _fill(parts: Sequence[FileColumns], take, n: int, dtype, order) -> np.ndarra
 
 def _take(attribute: str):
     """A ``take`` for :func:`_fill`: the part's array, which the part no longer holds."""
+
     def take(part: FileColumns) -> np.ndarray:
         value = getattr(part, attribute)
         setattr(part, attribute, None)
         return value
+
     return take
 
 
@@ -103,7 +125,9 @@ def _codes(parts: Sequence[FileColumns], column: str, n: int, order) -> tuple[np
     luts = {}
     for part in parts:
         _, values = part.text[column]
-        luts[id(part)] = np.array([index.setdefault(v, len(index)) for v in values] + [-1], np.int32)
+        luts[id(part)] = np.array(
+            [index.setdefault(v, len(index)) for v in values] + [-1], np.int32
+        )
 
     def take(part: FileColumns) -> np.ndarray:
         codes, _ = part.text.pop(column)
@@ -121,24 +145,31 @@ def _kinds(name: tuple[np.ndarray, list], cat: tuple[np.ndarray, list]) -> pd.Ca
     width = len(cat[1]) + 1  # code -1 (no category) becomes 0
     inverse, pairs = pd.factorize(name[0].astype(np.int64) * width + cat[0] + 1)
     names, cats = name[1] + [""], [""] + cat[1]
-    lookup = np.array([KIND_NAMES.index(event_kind(names[p // width], cats[p % width]))
-                       for p in pairs], dtype=np.int8)
+    lookup = np.array(
+        [KIND_NAMES.index(event_kind(names[p // width], cats[p % width])) for p in pairs],
+        dtype=np.int8,
+    )
     return pd.Categorical.from_codes(lookup[inverse], categories=KIND_NAMES)
 
 
-def _lanes(rank: np.ndarray, pid: tuple, tid: tuple, cat: tuple,
-           thread_names: dict, merged: bool) -> pd.Categorical:
+def _lanes(
+    rank: np.ndarray, pid: tuple, tid: tuple, cat: tuple, thread_names: dict, merged: bool
+) -> pd.Categorical:
     """A readable lane per (rank, pid, tid): the thread's name if the trace gives one,
     ``GPU p stream t`` for GPU events, else ``thread t`` (with the pid when a rank has
     several processes)."""
     gpu_cat = np.array([c in GPU_CATEGORIES for c in cat[1]] + [False])
     n_pid, n_tid = len(pid[1]) + 1, len(tid[1]) + 1
-    key = (((rank.astype(np.int64) * n_pid + pid[0] + 1) * n_tid + tid[0] + 1) * 2
-           + gpu_cat[cat[0]])
+    key = ((rank.astype(np.int64) * n_pid + pid[0] + 1) * n_tid + tid[0] + 1) * 2 + gpu_cat[cat[0]]
     inverse, keys = pd.factorize(key)
-    lanes = pd.DataFrame({"rank": keys // (2 * n_tid * n_pid), "gpu": (keys % 2).astype(bool),
-                          "pid": [pid[1][i] if i >= 0 else "" for i in (keys // (2 * n_tid)) % n_pid - 1],
-                          "tid": [tid[1][i] if i >= 0 else "" for i in (keys // 2) % n_tid - 1]})
+    lanes = pd.DataFrame(
+        {
+            "rank": keys // (2 * n_tid * n_pid),
+            "gpu": (keys % 2).astype(bool),
+            "pid": [pid[1][i] if i >= 0 else "" for i in (keys // (2 * n_tid)) % n_pid - 1],
+            "tid": [tid[1][i] if i >= 0 else "" for i in (keys // 2) % n_tid - 1],
+        }
+    )
     numeric = lanes["pid"].str.fullmatch(r"-?\d+")
     cpu_pids = lanes[~lanes["gpu"] & numeric].groupby("rank")["pid"].nunique()
     labels = []
@@ -160,8 +191,11 @@ def _frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
     sorted, so the merge is cheap); built column by column to keep memory low."""
     n = sum(len(p.start) for p in parts)
     merged = any(p.ranks is not None for p in parts)
-    thread_names = {(p.header.rank if p.ranks is None else int(pid),) + (pid, tid): label
-                    for p in parts for (pid, tid), label in p.thread_names.items()}
+    thread_names = {
+        (p.header.rank if p.ranks is None else int(pid),) + (pid, tid): label
+        for p in parts
+        for (pid, tid), label in p.thread_names.items()
+    }
     for part in parts:  # a rank per event, for the merge below
         if part.ranks is None:
             part.ranks = np.full(len(part.start), part.header.rank, np.int32)
@@ -171,29 +205,41 @@ def _frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
     dur = _fill(parts, _take("dur"), n, np.float64, order)
     rank = _fill(parts, _take("ranks"), n, np.int32, order)
     step = _fill(parts, _take("step"), n, np.int32, order)
-    text = {c: _codes(parts, c, n, order) for c in ("name", "cat", "pid", "tid",
-                                                   "collective", "shapes", "stream")}
+    text = {
+        c: _codes(parts, c, n, order)
+        for c in ("name", "cat", "pid", "tid", "collective", "shapes", "stream")
+    }
     del order
     kind = _kinds(text["name"], text["cat"])
     name = _categorical(*text["name"])
     end = start + dur
     stream_lut = np.array([-1 if v is None else v for v in text["stream"][1]] + [-1], np.int64)
     stream = stream_lut[text["stream"][0]]
-    frame = pd.DataFrame({
-        "rank": rank, "name": name, "cat": _categorical(*text["cat"]), "kind": kind,
-        "pid": _categorical(*text["pid"]), "tid": _categorical(*text["tid"]),
-        "lane": _lanes(rank, text["pid"], text["tid"], text["cat"], thread_names, merged),
-        "start_us": start, "dur_us": dur, "end_us": end,
-        "collective": _categorical(*text["collective"]),
-        "shapes": _categorical(*text["shapes"]),
-        "stream": pd.arrays.IntegerArray(stream, stream < 0),
-        "step": pd.arrays.IntegerArray(step, step < 0),
-        "rel_us": start - (start[0] if n else 0.0),
-    }, copy=False)
+    frame = pd.DataFrame(
+        {
+            "rank": rank,
+            "name": name,
+            "cat": _categorical(*text["cat"]),
+            "kind": kind,
+            "pid": _categorical(*text["pid"]),
+            "tid": _categorical(*text["tid"]),
+            "lane": _lanes(rank, text["pid"], text["tid"], text["cat"], thread_names, merged),
+            "start_us": start,
+            "dur_us": dur,
+            "end_us": end,
+            "collective": _categorical(*text["collective"]),
+            "shapes": _categorical(*text["shapes"]),
+            "stream": pd.arrays.IntegerArray(stream, stream < 0),
+            "step": pd.arrays.IntegerArray(step, step < 0),
+            "rel_us": start - (start[0] if n else 0.0),
+        },
+        copy=False,
+    )
     return frame
 
 
 # ---------------------------------------------------------------- reading many files
+
 
 class _Progress:
     """``loading traces: k/N files`` on stderr, once a load has taken ``PROGRESS_AFTER_S``."""
@@ -207,8 +253,12 @@ class _Progress:
         self.done += 1
         late = time.monotonic() - self.t0 > PROGRESS_AFTER_S
         if self.show or (self.show is None and late):
-            print(f"\rloading traces: {self.done}/{self.total} files", end="", file=sys.stderr,
-                  flush=True)
+            print(
+                f"\rloading traces: {self.done}/{self.total} files",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
             self.shown = True
 
     def close(self) -> None:
@@ -230,8 +280,13 @@ def _default_workers(items: Sequence[tuple[Path, int | None]]) -> int:
     return max(1, min(usable_cores(), len(items)))
 
 
-def _read_files(items: Sequence[tuple[Path, int | None]], strict: bool, steps,
-                workers: int | None, progress: bool | None) -> list:
+def _read_files(
+    items: Sequence[tuple[Path, int | None]],
+    strict: bool,
+    steps,
+    workers: int | None,
+    progress: bool | None,
+) -> list:
     """Each file's FileColumns (or its TraceError), in the order given; in parallel worker
     processes when ``workers`` > 1."""
     jobs = [(path, rank, strict, steps, len(items) == 1) for path, rank in items]
@@ -247,8 +302,12 @@ def _read_files(items: Sequence[tuple[Path, int | None]], strict: bool, steps,
         import multiprocessing
 
         # fork: workers start at once with everything imported (Linux); elsewhere spawn
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() and \
-            sys.platform.startswith("linux") else "spawn"
+        method = (
+            "fork"
+            if "fork" in multiprocessing.get_all_start_methods()
+            and sys.platform.startswith("linux")
+            else "spawn"
+        )
         context = multiprocessing.get_context(method)
         with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
             futures = [pool.submit(_read_or_error, *job) for job in jobs]
@@ -261,15 +320,20 @@ def _read_files(items: Sequence[tuple[Path, int | None]], strict: bool, steps,
 
 # ------------------------------------------------------------------ public API
 
+
 def _warn_notes(headers: Iterable[TraceHeader]) -> None:
     for h in headers:
         if h.notes:
-            warnings.warn(TraceWarning(f"{show_path(h.path)}: " + "; ".join(h.notes)),
-                          stacklevel=3)
+            warnings.warn(TraceWarning(f"{show_path(h.path)}: " + "; ".join(h.notes)), stacklevel=3)
 
 
-def load_trace(path: str | Path, rank: int | None = None, *, strict: bool = True,
-               steps: tuple[int, int] | None = None) -> Trace:
+def load_trace(
+    path: str | Path,
+    rank: int | None = None,
+    *,
+    strict: bool = True,
+    steps: tuple[int, int] | None = None,
+) -> Trace:
     """Read one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
     rank: which rank wrote it, when neither ``distributedInfo`` nor the file name says (a
@@ -295,10 +359,14 @@ def trace_files(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise TraceError(folder, "no such folder")
-    files = [p for p in folder.rglob("*") if p.is_file()
-             and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
-             and p.name != MANIFEST_NAME
-             and not {LOGS_DIR, CACHE_DIR} & set(p.relative_to(folder).parts[:-1])]
+    files = [
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+        and p.name != MANIFEST_NAME
+        and not {LOGS_DIR, CACHE_DIR} & set(p.relative_to(folder).parts[:-1])
+    ]
     return sorted(files)
 
 
@@ -311,8 +379,11 @@ def _items(source) -> tuple[list[tuple[Path, int | None]], Path | None]:
     if isinstance(source, (str, os.PathLike)):
         items = [(p, None) for p in trace_files(source)]
         if not items:
-            raise TraceError(source, "no trace files (*.json, *.json.gz) in this folder; did the "
-                                     "profiled ranks run to the end of their active window?")
+            raise TraceError(
+                source,
+                "no trace files (*.json, *.json.gz) in this folder; did the "
+                "profiled ranks run to the end of their active window?",
+            )
         return items, Path(source)
     items = [(Path(p), None) for p in source]
     if not items:
@@ -324,14 +395,27 @@ def _wanted(items, wanted: set[int] | None):
     """Leave out, before reading them, files whose name says they are of a rank not wanted."""
     if wanted is None:
         return items
-    return [(p, r) for p, r in items if r in wanted or r is None and (
-        (m := RANK_IN_NAME.search(p.name)) is None or int(m.group(1)) in wanted)]
+    return [
+        (p, r)
+        for p, r in items
+        if r in wanted
+        or r is None
+        and ((m := RANK_IN_NAME.search(p.name)) is None or int(m.group(1)) in wanted)
+    ]
 
 
-def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
-             steps: tuple[int, int] | None = None, same_run: bool = True,
-             expect_ranks: Iterable[int] | None = None, workers: int | None = None,
-             cache: bool = True, progress: bool | None = None) -> RunTraces:
+def load_run(
+    source,
+    *,
+    strict: bool = True,
+    ranks: Iterable[int] | None = None,
+    steps: tuple[int, int] | None = None,
+    same_run: bool = True,
+    expect_ranks: Iterable[int] | None = None,
+    workers: int | None = None,
+    cache: bool = True,
+    progress: bool | None = None,
+) -> RunTraces:
     """Load every rank's trace of one run into a :class:`RunTraces`.
 
     source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``.
@@ -350,8 +434,11 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
     wanted = None if ranks is None else set(ranks)  # read once: ranks may be an iterator
     items, folder = _items(source)
     items = _wanted(items, wanted)
-    options = {"strict": strict, "ranks": None if wanted is None else sorted(wanted),
-               "steps": steps}
+    options = {
+        "strict": strict,
+        "ranks": None if wanted is None else sorted(wanted),
+        "steps": steps,
+    }
     cache_file = _tracecache.cache_file(folder, items, options) if cache and folder else None
     cached = _tracecache.read(cache_file) if cache_file else None
     if cached is not None:
@@ -367,8 +454,9 @@ def load_run(source, *, strict: bool = True, ranks: Iterable[int] | None = None,
     return run
 
 
-def _load_files(items, strict: bool, wanted: set[int] | None, steps, workers,
-                progress) -> RunTraces:
+def _load_files(
+    items, strict: bool, wanted: set[int] | None, steps, workers, progress
+) -> RunTraces:
     parts: list[FileColumns] = []
     skipped: list[tuple[Path, str]] = []
     for (path, _), result in zip(items, _read_files(items, strict, steps, workers, progress)):
@@ -383,8 +471,10 @@ def _load_files(items, strict: bool, wanted: set[int] | None, steps, workers,
                 skipped.append((path, f"{result.skipped} events left out"))
             parts.append(result)
     if not parts:
-        raise TraceError(None, "no usable trace among: " + "; ".join(
-            f"{show_path(p)} ({why})" for p, why in skipped))
+        raise TraceError(
+            None,
+            "no usable trace among: " + "; ".join(f"{show_path(p)} ({why})" for p, why in skipped),
+        )
     headers = sorted((p.header for p in parts), key=lambda h: (h.rank, h.start_us))
     _warn_notes(headers)
     return RunTraces(_frame(parts), headers, skipped)
@@ -395,10 +485,13 @@ def _check_expected(headers: Sequence[TraceHeader], expect_ranks, folder) -> Non
         return
     missing = sorted(set(expect_ranks) - {h.rank for h in headers})
     if missing:
-        raise TraceError(folder, f"no trace from rank{'s' if len(missing) > 1 else ''} "
-                                 f"{', '.join(map(str, missing))}: check that "
-                                 f"{'they' if len(missing) > 1 else 'it'} profiled and "
-                                 f"that every node's folder was gathered")
+        raise TraceError(
+            folder,
+            f"no trace from rank{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(str, missing))}: check that "
+            f"{'they' if len(missing) > 1 else 'it'} profiled and "
+            f"that every node's folder was gathered",
+        )
 
 
 def _check_ranks(headers: Sequence[TraceHeader]) -> None:
@@ -410,10 +503,13 @@ def _check_ranks(headers: Sequence[TraceHeader]) -> None:
         same.sort(key=lambda h: h.start_us)
         for a, b in zip(same, same[1:]):
             if set(a.pids) != set(b.pids) or b.start_us < a.end_us:
-                raise TraceError(b.path, f"claims rank {rank}, like {show_path(a.path)}; two "
-                                         f"files of one rank must be separate windows of one "
-                                         f"process. Remove the duplicate, or pass files as "
-                                         f"{{rank: path}}")
+                raise TraceError(
+                    b.path,
+                    f"claims rank {rank}, like {show_path(a.path)}; two "
+                    f"files of one rank must be separate windows of one "
+                    f"process. Remove the duplicate, or pass files as "
+                    f"{{rank: path}}",
+                )
 
 
 def _check_same_run(headers: Sequence[TraceHeader]) -> None:
@@ -422,9 +518,12 @@ def _check_same_run(headers: Sequence[TraceHeader]) -> None:
         for attr in ("world_size", "backend", "run_id"):
             x, y = getattr(first, attr), getattr(h, attr)
             if x is not None and y is not None and x != y:
-                raise TraceError(h.path, f"comes from a different run than {show_path(first.path)} "
-                                         f"({attr} {y!r} vs {x!r}); load each run's folder on "
-                                         f"its own")
+                raise TraceError(
+                    h.path,
+                    f"comes from a different run than {show_path(first.path)} "
+                    f"({attr} {y!r} vs {x!r}); load each run's folder on "
+                    f"its own",
+                )
     spans: dict[int, tuple[float, float]] = {}
     for h in headers:
         lo, hi = spans.get(h.rank, (np.inf, -np.inf))
@@ -437,13 +536,17 @@ def _check_same_run(headers: Sequence[TraceHeader]) -> None:
             early = min(spans, key=lambda r: spans[r][1])
             path = next(h.path for h in headers if h.rank == late)
             gap = (latest_start - earliest_end) / 1e6
-            raise TraceError(path, f"rank {late} starts {gap:.3f} s after rank {early} has "
-                                   f"finished: the ranks were not running at the same time, so "
-                                   f"these look like files of different runs. Load each run on "
-                                   f"its own, or pass same_run=False if this is intended")
+            raise TraceError(
+                path,
+                f"rank {late} starts {gap:.3f} s after rank {early} has "
+                f"finished: the ranks were not running at the same time, so "
+                f"these look like files of different runs. Load each run on "
+                f"its own, or pass same_run=False if this is intended",
+            )
 
 
 # ------------------------------------------------------------- merging, gathering
+
 
 def _read_json(path: Path) -> dict:
     """Parse a trace file into plain Python objects, every field kept (for merging)."""
@@ -462,8 +565,9 @@ def _read_json(path: Path) -> dict:
     return doc
 
 
-def merge_traces(run: RunTraces | str | Path, out: str | Path, *,
-                 gzip_output: bool | None = None) -> Path:
+def merge_traces(
+    run: RunTraces | str | Path, out: str | Path, *, gzip_output: bool | None = None
+) -> Path:
     """Write all ranks into one Chrome trace: one process per rank (``rank N``, in rank
     order), one thread per original lane; every event of every file is kept, with times
     on the run's shared axis. Opens in https://ui.perfetto.dev and chrome://tracing.
@@ -495,9 +599,14 @@ def merge_traces(run: RunTraces | str | Path, out: str | Path, *,
             merged.append(e)
     merged += _merged_names(run.ranks, lane_ids, lane_labels)
     first = run.headers[0]
-    doc = {MERGED_KEY: run.ranks, "world_size": first.world_size, "backend": first.backend,
-           "baseTimeNanoseconds": int(round(t0_us * 1000)), "displayTimeUnit": "ms",
-           "traceEvents": merged}
+    doc = {
+        MERGED_KEY: run.ranks,
+        "world_size": first.world_size,
+        "backend": first.backend,
+        "baseTimeNanoseconds": int(round(t0_us * 1000)),
+        "displayTimeUnit": "ms",
+        "traceEvents": merged,
+    }
     data = msgspec.json.encode(doc)
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -511,15 +620,37 @@ def _merged_names(ranks: list[int], lane_ids: dict, lane_labels: dict) -> list[d
     meta = []
     for (rank, p, t), lane in lane_ids.items():
         label = lane_labels.get((rank, p, t)) or f"pid {p} tid {t}"
-        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": lane,
-                     "args": {"name": label}})
-        meta.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": lane,
-                     "args": {"sort_index": lane}})
+        meta.append(
+            {"ph": "M", "name": "thread_name", "pid": rank, "tid": lane, "args": {"name": label}}
+        )
+        meta.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": rank,
+                "tid": lane,
+                "args": {"sort_index": lane},
+            }
+        )
     for rank in ranks:
-        meta.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
-                     "args": {"name": f"rank {rank}"}})
-        meta.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
-                     "args": {"sort_index": rank}})
+        meta.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": rank,
+                "tid": 0,
+                "args": {"name": f"rank {rank}"},
+            }
+        )
+        meta.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": rank,
+                "tid": 0,
+                "args": {"sort_index": rank},
+            }
+        )
     return meta
 
 
@@ -533,8 +664,11 @@ def gather_traces(node_dirs: Sequence[str | Path], dest: str | Path) -> list[Pat
     for node_dir in node_dirs:
         for path in trace_files(node_dir):
             if path.name in copies:
-                raise TraceError(path, f"has the same name as {show_path(copies[path.name])}; "
-                                       f"name trace files after their rank")
+                raise TraceError(
+                    path,
+                    f"has the same name as {show_path(copies[path.name])}; "
+                    f"name trace files after their rank",
+                )
             copies[path.name] = path
     out = []
     for name, path in sorted(copies.items()):

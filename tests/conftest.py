@@ -25,25 +25,65 @@ def real_traces() -> Path:
     return REAL_TRACES
 
 
-def kineto_doc(rank: int, world: int = 2, base_ns: int = BASE_NS, pid: int = 100,
-               offset_us: float = 0.0, steps: int = 2, backend: str = "gloo", run_id=None) -> dict:
+def kineto_doc(
+    rank: int,
+    world: int = 2,
+    base_ns: int = BASE_NS,
+    pid: int = 100,
+    offset_us: float = 0.0,
+    steps: int = 2,
+    backend: str = "gloo",
+    run_id=None,
+) -> dict:
     """A small trace in today's Kineto format: steps with an op and an all_reduce each."""
     events = []
     for i in range(steps):
         t = offset_us + i * 1000.0
         events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 1}", "pid": pid,
-             "tid": pid, "ts": t, "dur": 900.0},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": t + 10,
-             "dur": 300.0, "args": {"Input Dims": [[8, 8], [8, 8]]}},
-            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": pid,
-             "tid": pid + 1, "ts": t + 400, "dur": 200.0 + 50 * rank},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{i + 1}",
+                "pid": pid,
+                "tid": pid,
+                "ts": t,
+                "dur": 900.0,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": pid,
+                "tid": pid,
+                "ts": t + 10,
+                "dur": 300.0,
+                "args": {"Input Dims": [[8, 8], [8, 8]]},
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": pid,
+                "tid": pid + 1,
+                "ts": t + 400,
+                "dur": 200.0 + 50 * rank,
+            },
         ]
-    events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": pid + 1,
-                   "args": {"name": f"thread {pid + 1} (pt_gloo_runloop)"}})
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": backend, "rank": rank,
-                                                   "world_size": world},
-           "baseTimeNanoseconds": base_ns, "traceEvents": events}
+    events.append(
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": pid + 1,
+            "args": {"name": f"thread {pid + 1} (pt_gloo_runloop)"},
+        }
+    )
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": backend, "rank": rank, "world_size": world},
+        "baseTimeNanoseconds": base_ns,
+        "traceEvents": events,
+    }
     if run_id:
         doc["run_id"] = run_id
     return doc
@@ -119,10 +159,12 @@ dist.destroy_process_group()
 def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
     """``write_script(name, source)`` writes ``source`` (dedented) to ``tmp_path / name`` and
     returns the path: a script for a test to launch."""
+
     def write(name: str, source: str) -> Path:
         path = tmp_path / name
         path.write_text(textwrap.dedent(source))
         return path
+
     return write
 
 

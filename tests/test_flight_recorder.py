@@ -5,8 +5,12 @@ import pickle
 
 import pytest
 
-from helpers.flight_recorder import (FlightRecorderError, analyse_with_pytorch, first_mismatch,
-                                     load_flight_records)
+from helpers.flight_recorder import (
+    FlightRecorderError,
+    analyse_with_pytorch,
+    first_mismatch,
+    load_flight_records,
+)
 from helpers.launch import RankFailed, launch, processes_of_run
 from helpers.lessons import script_from_lesson
 
@@ -18,8 +22,14 @@ def hung_run(tmp_path_factory):
     script_from_lesson("hang.py", "08_when_a_job_hangs.ipynb", dest=folder)
     script = folder / "hang.py"
     with pytest.raises(RankFailed) as caught:
-        launch(script, 2, args=["--bug", "different", "--bug-step", "4"], echo=False,
-               traces_root=folder / "traces", timeout=90)
+        launch(
+            script,
+            2,
+            args=["--bug", "different", "--bug-step", "4"],
+            echo=False,
+            traces_root=folder / "traces",
+            timeout=90,
+        )
     return caught.value.record
 
 
@@ -32,8 +42,10 @@ def test_real_dumps_load_as_one_row_per_collective_per_rank(hung_run):
     records = load_flight_records(hung_run.run_dir, expect_ranks=[0, 1])
 
     assert list(records.columns[:4]) == ["rank", "seq", "op", "collective"]
-    assert records.groupby("rank")["seq"].apply(list).to_dict() == {0: list(range(1, 8)),
-                                                                    1: list(range(1, 8))}
+    assert records.groupby("rank")["seq"].apply(list).to_dict() == {
+        0: list(range(1, 8)),
+        1: list(range(1, 8)),
+    }
     assert set(records["op"]) == {"gloo:all_reduce", "gloo:broadcast"}
     assert (records["input_sizes"] == "[[8]]").all()
 
@@ -54,14 +66,19 @@ def copy_dumps(run, folder):
     return folder
 
 
-@pytest.mark.parametrize("damage, problem", [
-    (lambda data: data[: len(data) // 2], "not a complete Flight Recorder dump"),
-    (lambda data: b"", "is empty"),
-    (lambda data: pickle.dumps(["not", "a", "dump"]), "has no 'entries' list"),
-    (lambda data: pickle.dumps({"entries": [{"collective_seq_id": 1}]}), "an entry lacks"),
-    (lambda data: pickle.dumps({"entries": [], "x": pickle.loads}), "refusing to load"),
-])
-def test_a_damaged_dump_is_an_error_naming_the_file_and_the_rank(hung_run, tmp_path, damage, problem):
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda data: data[: len(data) // 2], "not a complete Flight Recorder dump"),
+        (lambda data: b"", "is empty"),
+        (lambda data: pickle.dumps(["not", "a", "dump"]), "has no 'entries' list"),
+        (lambda data: pickle.dumps({"entries": [{"collective_seq_id": 1}]}), "an entry lacks"),
+        (lambda data: pickle.dumps({"entries": [], "x": pickle.loads}), "refusing to load"),
+    ],
+)
+def test_a_damaged_dump_is_an_error_naming_the_file_and_the_rank(
+    hung_run, tmp_path, damage, problem
+):
     folder = copy_dumps(hung_run, tmp_path / "dumps")
     path = folder / "fr_1"
     path.write_bytes(damage(path.read_bytes()))

@@ -31,26 +31,32 @@ def test_communication_is_drawn_on_top_and_containers_behind():
     assert layer["step"] < layer["annotation"] < layer["compute"]
 
 
-@pytest.mark.parametrize("name, cat, kind", [
-    ("ProfilerStep#3", "user_annotation", "step"),
-    ("aten::mm", "cpu_op", "compute"),
-    ("aten::rand", "", "compute"),  # the legacy profiler leaves the category out
-    ("gloo:all_reduce", "user_annotation", "communication"),
-    ("c10d::allreduce_", "cpu_op", "communication"),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", "communication"),
-    ("rpc_async#udf(worker0 -> worker1)", "user_annotation", "communication"),
-    ("rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul", "", "compute"),
-    ("rpc_async#udf(worker0 -> worker1)#remote_op: server: udf call 0", "", "annotation"),
-    ("Optimizer.step#SGD.step", "user_annotation", "optimizer"),
-    ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation",
-     "data loading"),
-    ("DistributedDataParallel.forward", "user_annotation", "annotation"),
-    ("volta_sgemm_128x64_nn", "kernel", "gpu kernel"),
-    ("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", "gpu memory"),
-    ("cudaLaunchKernel", "cuda_runtime", "cuda runtime"),
-    ("nn.Module: ResNet_0", "python_function", "python"),
-    ("PyTorch Profiler (0)", "Trace", "other"),
-])
+@pytest.mark.parametrize(
+    "name, cat, kind",
+    [
+        ("ProfilerStep#3", "user_annotation", "step"),
+        ("aten::mm", "cpu_op", "compute"),
+        ("aten::rand", "", "compute"),  # the legacy profiler leaves the category out
+        ("gloo:all_reduce", "user_annotation", "communication"),
+        ("c10d::allreduce_", "cpu_op", "communication"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", "communication"),
+        ("rpc_async#udf(worker0 -> worker1)", "user_annotation", "communication"),
+        ("rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul", "", "compute"),
+        ("rpc_async#udf(worker0 -> worker1)#remote_op: server: udf call 0", "", "annotation"),
+        ("Optimizer.step#SGD.step", "user_annotation", "optimizer"),
+        (
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "user_annotation",
+            "data loading",
+        ),
+        ("DistributedDataParallel.forward", "user_annotation", "annotation"),
+        ("volta_sgemm_128x64_nn", "kernel", "gpu kernel"),
+        ("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", "gpu memory"),
+        ("cudaLaunchKernel", "cuda_runtime", "cuda runtime"),
+        ("nn.Module: ResNet_0", "python_function", "python"),
+        ("PyTorch Profiler (0)", "Trace", "other"),
+    ],
+)
 def test_each_event_is_recognised_as_its_kind(name, cat, kind):
     assert event_kind(name, cat) == kind
 

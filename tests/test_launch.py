@@ -12,9 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from helpers.launch import (RankFailed, RendezvousTimedOut, RunTimedOut, _CtrlC, choose_device,
-                            launch, processes_of_run)
+from helpers.launch import (
+    RankFailed,
+    RendezvousTimedOut,
+    RunTimedOut,
+    _CtrlC,
+    choose_device,
+    launch,
+    processes_of_run,
+)
 from helpers.runs import RunRecord
+
 
 def test_four_rank_launch_succeeds_and_writes_a_manifest(script, tmp_path):
     run = launch(script, 4, experiment="ranks", traces_root=tmp_path / "traces", echo=False)
@@ -28,7 +36,10 @@ def test_four_rank_launch_succeeds_and_writes_a_manifest(script, tmp_path):
     assert "torch.distributed.run" in " ".join(manifest["command"])
     assert manifest["started"] <= manifest["ended"]
     for rank in range(4):
-        assert manifest["files"][f"rank{rank}.json"] == (run.run_dir / f"rank{rank}.json").stat().st_size
+        assert (
+            manifest["files"][f"rank{rank}.json"]
+            == (run.run_dir / f"rank{rank}.json").stat().st_size
+        )
         assert json.loads((run.run_dir / f"rank{rank}.json").read_text())["RANK"] == str(rank)
 
 
@@ -113,13 +124,15 @@ def test_ctrl_c_while_watching_sets_a_flag_and_raises_nothing():
 
 def test_interrupting_the_caller_stops_every_process_of_the_run(script, tmp_path):
     caller = tmp_path / "caller.py"
-    caller.write_text(textwrap.dedent(f"""
+    caller.write_text(
+        textwrap.dedent(f"""
         from helpers.launch import launch, RunInterrupted
         try:
             launch({str(script)!r}, 2, args=["hang"], traces_root={str(tmp_path)!r}, timeout=300)
         except RunInterrupted as e:
             print("INTERRUPTED", e.record.run_id, flush=True)
-    """))
+    """)
+    )
     proc = subprocess.Popen([sys.executable, str(caller)], stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     assert proc.stdout is not None
@@ -152,8 +165,10 @@ def test_two_nodes_share_one_job_with_global_ranks_and_a_folder_each(script, tmp
     for node, ranks in run.nodes.items():
         written = sorted(p.name for p in (run.run_dir / f"node{node}").glob("rank*.json"))
         assert written == [f"rank{r}.json" for r in ranks]
-        local = {json.loads((run.run_dir / f"node{node}" / f"rank{r}.json").read_text())["LOCAL_RANK"]
-                 for r in ranks}
+        local = {
+            json.loads((run.run_dir / f"node{node}" / f"rank{r}.json").read_text())["LOCAL_RANK"]
+            for r in ranks
+        }
         assert local == {"0", "1"}
     assert set(run.output) == {0, 1, 2, 3}
 
@@ -161,8 +176,7 @@ def test_two_nodes_share_one_job_with_global_ranks_and_a_folder_each(script, tmp
 def test_a_node_that_never_joins_ends_in_a_rendezvous_timeout(script, tmp_path):
     start = time.monotonic()
     with pytest.raises(RendezvousTimedOut, match="1 of 2 nodes joined") as caught:
-        launch(script, 2, nnodes=2, start_nodes=1, rdzv_timeout=5, traces_root=tmp_path,
-               echo=False)
+        launch(script, 2, nnodes=2, start_nodes=1, rdzv_timeout=5, traces_root=tmp_path, echo=False)
     assert time.monotonic() - start < 40
     assert caught.value.record.status == "rendezvous timeout"
     assert processes_of_run(caught.value.record.run_id) == []
@@ -180,20 +194,27 @@ def two_hosts():
     tag = secrets.token_hex(3)
     spaces = [f"pdp{tag}a", f"pdp{tag}b"]
     addresses = ["10.213.7.1", "10.213.7.2"]
-    steps = [["ip", "netns", "add", spaces[0]], ["ip", "netns", "add", spaces[1]],
-             ["ip", "link", "add", f"v{tag}a", "type", "veth", "peer", "name", f"v{tag}b"]]
+    steps = [
+        ["ip", "netns", "add", spaces[0]],
+        ["ip", "netns", "add", spaces[1]],
+        ["ip", "link", "add", f"v{tag}a", "type", "veth", "peer", "name", f"v{tag}b"],
+    ]
     for end, space, address in zip("ab", spaces, addresses):
-        steps += [["ip", "link", "set", f"v{tag}{end}", "netns", space],
-                  ["ip", "-n", space, "link", "set", f"v{tag}{end}", "name", "pdpveth"],
-                  ["ip", "-n", space, "addr", "add", f"{address}/24", "dev", "pdpveth"],
-                  ["ip", "-n", space, "link", "set", "pdpveth", "up"],
-                  ["ip", "-n", space, "link", "set", "lo", "up"]]
+        steps += [
+            ["ip", "link", "set", f"v{tag}{end}", "netns", space],
+            ["ip", "-n", space, "link", "set", f"v{tag}{end}", "name", "pdpveth"],
+            ["ip", "-n", space, "addr", "add", f"{address}/24", "dev", "pdpveth"],
+            ["ip", "-n", space, "link", "set", "pdpveth", "up"],
+            ["ip", "-n", space, "link", "set", "lo", "up"],
+        ]
     try:
         for step in steps:
             result = subprocess.run(step, capture_output=True, text=True)
             if result.returncode != 0:
-                pytest.skip(f"cannot make network namespaces here: {' '.join(step)}: "
-                            f"{result.stderr.strip()}")
+                pytest.skip(
+                    f"cannot make network namespaces here: {' '.join(step)}: "
+                    f"{result.stderr.strip()}"
+                )
         yield list(zip(spaces, addresses))
     finally:
         for space in spaces:
@@ -202,16 +223,27 @@ def two_hosts():
 
 def interface_bytes(space: str) -> int:
     stats = "/sys/class/net/pdpveth/statistics/tx_bytes"
-    out = subprocess.run(["ip", "netns", "exec", space, "cat", stats], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["ip", "netns", "exec", space, "cat", stats], capture_output=True, text=True, check=True
+    )
     return int(out.stdout)
 
 
-def test_two_nodes_in_their_own_network_namespaces_talk_over_an_interface(script, tmp_path,
-                                                                          two_hosts):
+def test_two_nodes_in_their_own_network_namespaces_talk_over_an_interface(
+    script, tmp_path, two_hosts
+):
     before = [interface_bytes(space) for space, _ in two_hosts]
-    run = launch(script, 2, nnodes=2, netns=two_hosts, traces_root=tmp_path, echo=False,
-                 env={"GLOO_SOCKET_IFNAME": "pdpveth"}, rdzv_timeout=30, timeout=120)
+    run = launch(
+        script,
+        2,
+        nnodes=2,
+        netns=two_hosts,
+        traces_root=tmp_path,
+        echo=False,
+        env={"GLOO_SOCKET_IFNAME": "pdpveth"},
+        rdzv_timeout=30,
+        timeout=120,
+    )
 
     assert run.ok and sorted(r for ranks in run.nodes.values() for r in ranks) == [0, 1, 2, 3]
     sent = [interface_bytes(space) - b for (space, _), b in zip(two_hosts, before)]
@@ -221,15 +253,18 @@ def test_two_nodes_in_their_own_network_namespaces_talk_over_an_interface(script
 
 # ---------------------------------------------- a run dies with the process that launched it
 
+
 def _launcher_of_a_hanging_run(script: Path, tmp_path: Path) -> tuple[subprocess.Popen, str]:
     """A Python process running launch() of a hanging script; returns it once both ranks run,
     with the run's id."""
     caller = tmp_path / "caller.py"
-    caller.write_text(textwrap.dedent(f"""
+    caller.write_text(
+        textwrap.dedent(f"""
         from helpers.launch import launch
         launch({str(script)!r}, 2, args=["hang"], traces_root={str(tmp_path / "traces")!r},
                timeout=600)
-    """))
+    """)
+    )
     proc = subprocess.Popen([sys.executable, str(caller)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + 90
@@ -250,7 +285,8 @@ def test_a_run_does_not_outlive_the_process_that_launched_it(script, tmp_path, s
     proc.wait(timeout=10)
     killed = time.monotonic()
     while time.monotonic() - killed < 15 and (
-            processes_of_run(run_id) or json.loads(manifest.read_text())["status"] == "running"):
+        processes_of_run(run_id) or json.loads(manifest.read_text())["status"] == "running"
+    ):
         time.sleep(0.2)
 
     assert processes_of_run(run_id) == [], "no agent or rank outlives its launcher"
@@ -260,8 +296,11 @@ def test_a_run_does_not_outlive_the_process_that_launched_it(script, tmp_path, s
 
 # ----------------------------------------------------------------------- the device
 
-@pytest.mark.parametrize("gpus, kind, backend", [(0, "cpu", "gloo"), (1, "cpu", "gloo"),
-                                                (2, "cuda", "nccl"), (8, "cuda", "nccl")])
+
+@pytest.mark.parametrize(
+    "gpus, kind, backend",
+    [(0, "cpu", "gloo"), (1, "cpu", "gloo"), (2, "cuda", "nccl"), (8, "cuda", "nccl")],
+)
 def test_gpus_are_used_only_when_there_are_two_or_more(gpus, kind, backend):
     device = choose_device(gpus=gpus)
     assert (device.kind, device.backend) == (kind, backend)
@@ -280,6 +319,7 @@ def test_a_single_process_lesson_uses_one_gpu():
 
 # ------------------------------------------------------------------- recorded mode
 
+
 @pytest.fixture
 def recordings(tmp_path, monkeypatch):
     from helpers import recorded
@@ -290,8 +330,9 @@ def recordings(tmp_path, monkeypatch):
     recorded.use_recorded_runs(None)
 
 
-def test_a_recorded_run_replays_its_files_output_and_manifest(script, tmp_path, recordings,
-                                                             monkeypatch, capsys):
+def test_a_recorded_run_replays_its_files_output_and_manifest(
+    script, tmp_path, recordings, monkeypatch, capsys
+):
     monkeypatch.setenv("PDP_RECORD", "1")
     live = launch(script, 2, traces_root=tmp_path / "live", echo=False)
     monkeypatch.delenv("PDP_RECORD")
@@ -301,8 +342,9 @@ def test_a_recorded_run_replays_its_files_output_and_manifest(script, tmp_path, 
 
     assert replayed.run_dir != live.run_dir and replayed.replayed_from
     assert replayed.ok and replayed.exit_codes == live.exit_codes
-    assert {p.name: p.read_bytes() for p in replayed.paths("rank*.json")} == \
-        {p.name: p.read_bytes() for p in live.paths("rank*.json")}
+    assert {p.name: p.read_bytes() for p in replayed.paths("rank*.json")} == {
+        p.name: p.read_bytes() for p in live.paths("rank*.json")
+    }
     assert replayed.output == live.output
     out = capsys.readouterr().out
     assert "replaying a recorded run of ranks.py with 2 ranks" in out

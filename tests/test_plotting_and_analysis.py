@@ -9,9 +9,18 @@ import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
 
-from helpers.analysis import (busy_ms, clock_offsets, collective_waits, find_straggler,
-                              max_parallel_lanes, shift_ranks, step_times, time_per_kind, top_ops,
-                              waiting_per_step)
+from helpers.analysis import (
+    busy_ms,
+    clock_offsets,
+    collective_waits,
+    find_straggler,
+    max_parallel_lanes,
+    shift_ranks,
+    step_times,
+    time_per_kind,
+    top_ops,
+    waiting_per_step,
+)
 from helpers.kinds import KIND_COLORS
 from helpers.plotting import COLLAPSED_COMMUNICATION, plot_rank_timeline
 from helpers.traces import load_run, load_trace
@@ -19,7 +28,9 @@ from helpers.traces import load_run, load_trace
 
 def collections_by_colour(fig):
     ax = fig.axes[0]
-    return {to_hex(c.get_facecolor()[0]): c for c in ax.collections if isinstance(c, PolyCollection)}
+    return {
+        to_hex(c.get_facecolor()[0]): c for c in ax.collections if isinstance(c, PolyCollection)
+    }
 
 
 def test_timeline_has_one_row_per_rank_and_colours_by_kind(two_ranks, tmp_path):
@@ -38,8 +49,12 @@ def test_timeline_has_one_row_per_rank_and_colours_by_kind(two_ranks, tmp_path):
 def test_timeline_lanes_split_each_rank_by_thread(two_ranks):
     fig = plot_rank_timeline(two_ranks, lanes=True)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert labels == ["rank 0 · thread 100", "rank 0 · thread 101 (pt_gloo_runloop)",
-                      "rank 1 · thread 200", "rank 1 · thread 201 (pt_gloo_runloop)"]
+    assert labels == [
+        "rank 0 · thread 100",
+        "rank 0 · thread 101 (pt_gloo_runloop)",
+        "rank 1 · thread 200",
+        "rank 1 · thread 201 (pt_gloo_runloop)",
+    ]
 
 
 def test_timeline_zooms_to_one_step(two_ranks):
@@ -102,16 +117,40 @@ def _straggler_events(tmp_path, slow_rank: int = 1, delay_us: float = 300.0):
             arrive = t + 500 + (delay_us if rank == slow_rank else 0)
             end = t + 500 + delay_us + 100  # everyone leaves together
             events += [
-                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": pid,
-                 "tid": pid, "ts": t, "dur": 1900.0},
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{step + 1}",
+                    "pid": pid,
+                    "tid": pid,
+                    "ts": t,
+                    "dur": 1900.0,
+                },
                 # two overlapping collectives on two gloo threads: waiting counts once
-                {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": pid,
-                 "tid": pid + 10, "ts": arrive, "dur": end - arrive},
-                {"ph": "X", "cat": "user_annotation", "name": "gloo:broadcast", "pid": pid,
-                 "tid": pid + 11, "ts": arrive, "dur": end - arrive},
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:all_reduce",
+                    "pid": pid,
+                    "tid": pid + 10,
+                    "ts": arrive,
+                    "dur": end - arrive,
+                },
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:broadcast",
+                    "pid": pid,
+                    "tid": pid + 11,
+                    "ts": arrive,
+                    "dur": end - arrive,
+                },
             ]
-        doc = {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"},
-               "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": events}
+        doc = {
+            "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"},
+            "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+            "traceEvents": events,
+        }
         (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
     return load_run(tmp_path, cache=False).events
 
@@ -141,15 +180,24 @@ def test_a_run_without_steps_cannot_name_a_straggler(two_ranks):
 
 
 def test_max_parallel_lanes_counts_lanes_busy_at_once():
-    events = pd.DataFrame({
-        "rank": [1] * 5,
-        "lane": ["a", "a", "b", "c", "d"],
-        "start_us": [0.0, 10.0, 5.0, 50.0, 100.0],  # a: 0-30 (nested), b: 5-20, c: 50-60, d: 100-110
-        "end_us": [30.0, 20.0, 20.0, 60.0, 110.0],
-    })
+    events = pd.DataFrame(
+        {
+            "rank": [1] * 5,
+            "lane": ["a", "a", "b", "c", "d"],
+            "start_us": [
+                0.0,
+                10.0,
+                5.0,
+                50.0,
+                100.0,
+            ],  # a: 0-30 (nested), b: 5-20, c: 50-60, d: 100-110
+            "end_us": [30.0, 20.0, 20.0, 60.0, 110.0],
+        }
+    )
     assert max_parallel_lanes(events) == 2
-    touching = pd.DataFrame({"rank": [0, 0], "lane": ["a", "b"], "start_us": [0.0, 10.0],
-                             "end_us": [10.0, 20.0]})
+    touching = pd.DataFrame(
+        {"rank": [0, 0], "lane": ["a", "b"], "start_us": [0.0, 10.0], "end_us": [10.0, 20.0]}
+    )
     assert max_parallel_lanes(touching) == 1
     assert max_parallel_lanes(touching.iloc[:0]) == 0
 
@@ -162,6 +210,7 @@ def test_clock_offsets_recover_a_shifted_node_from_the_ends_of_collectives(tmp_p
 
 
 # ------------------------------------------------------------ what the figures show
+
 
 def _bars_at(fig, colour: str) -> list[tuple[float, float, float, float]]:
     """``(x0, x1, y0, y1)`` of every bar of one colour."""
@@ -189,10 +238,18 @@ def legacy_rpc_trace(path):
     remote = {"pid": "CPU functions", "tid": " node_id:1, thread_id:4 ", "cat": None, "ph": "X"}
     events = [
         dict(caller, name="rpc_async#udf(worker0 -> worker1)", ts=0.0, dur=1000.0),
-        dict(remote, name="rpc_async#udf(worker0 -> worker1)#remote_op: server: call 0",
-             ts=100.0, dur=700.0),
-        dict(remote, name="rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul",
-             ts=750.0, dur=40.0),
+        dict(
+            remote,
+            name="rpc_async#udf(worker0 -> worker1)#remote_op: server: call 0",
+            ts=100.0,
+            dur=700.0,
+        ),
+        dict(
+            remote,
+            name="rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul",
+            ts=750.0,
+            dur=40.0,
+        ),
     ]
     path.write_text(json.dumps(events))
     return path
@@ -208,21 +265,41 @@ def test_the_legacy_rpc_timeline_draws_the_remote_ops_on_a_node_1_row(tmp_path):
     assert labels == ["node 0 · thread 1", "node 1 · thread 4"]
     node1 = _row_top(fig, labels[1])
     remote_compute = [b for b in _bars_at(fig, KIND_COLORS["compute"]) if b[2] >= node1 - 1e-9]
-    remote_annotation = [b for b in _bars_at(fig, KIND_COLORS["annotation"]) if b[2] >= node1 - 1e-9]
+    remote_annotation = [
+        b for b in _bars_at(fig, KIND_COLORS["annotation"]) if b[2] >= node1 - 1e-9
+    ]
     assert len(remote_compute) == 1 and len(remote_annotation) == 1
     assert _bars_at(fig, KIND_COLORS["communication"])[0][3] <= node1  # the call: node 0's row
 
 
 def test_a_collapsed_row_draws_communication_low_so_overlapping_compute_shows(tmp_path, write):
-    doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::convolution_backward", "pid": 1, "tid": 1,
-         "ts": 0, "dur": 1000},
-        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-         "ts": 200, "dur": 600}]}
+    doc = {
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::convolution_backward",
+                "pid": 1,
+                "tid": 1,
+                "ts": 0,
+                "dur": 1000,
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": 1,
+                "tid": 2,
+                "ts": 200,
+                "dur": 600,
+            },
+        ],
+    }
     fig = plot_rank_timeline(load_trace(write(tmp_path / "r.json", doc)).events)
 
-    (cx0, cx1, cy0, cy1), = _bars_at(fig, KIND_COLORS["compute"])
-    (mx0, mx1, my0, my1), = _bars_at(fig, KIND_COLORS["communication"])
+    ((cx0, cx1, cy0, cy1),) = _bars_at(fig, KIND_COLORS["compute"])
+    ((mx0, mx1, my0, my1),) = _bars_at(fig, KIND_COLORS["communication"])
     assert my1 == pytest.approx(cy1) and (my1 - my0) == pytest.approx(0.8 * COLLAPSED_COMMUNICATION)
     assert cy0 < my0  # the compute underneath still shows above it
 
@@ -239,10 +316,18 @@ def test_steps_are_drawn_with_a_tick_where_each_one_begins(two_ranks):
     from helpers.plotting import STEP_TICK
 
     fig = plot_rank_timeline(two_ranks)
-    steps = next(c for c in fig.axes[0].collections if isinstance(c, PolyCollection)
-                 and to_hex(c.get_facecolor()[0]) == KIND_COLORS["step"])
+    steps = next(
+        c
+        for c in fig.axes[0].collections
+        if isinstance(c, PolyCollection) and to_hex(c.get_facecolor()[0]) == KIND_COLORS["step"]
+    )
     assert len(steps.get_paths()) == 6  # three steps on each rank, none joined
-    ticks = next(c for c in fig.axes[0].collections if isinstance(c, LineCollection)
-                 and to_hex(c.get_color()[0]) == STEP_TICK)
+    ticks = next(
+        c
+        for c in fig.axes[0].collections
+        if isinstance(c, LineCollection) and to_hex(c.get_color()[0]) == STEP_TICK
+    )
     starts = sorted(round(seg[0][0], 3) for seg in ticks.get_segments())
-    assert starts == sorted(round(x, 3) for x in two_ranks.loc[two_ranks["kind"] == "step", "rel_us"] / 1e3)
+    assert starts == sorted(
+        round(x, 3) for x in two_ranks.loc[two_ranks["kind"] == "step", "rel_us"] / 1e3
+    )

@@ -42,13 +42,17 @@ def test_the_package_depends_on_what_helpers_import():
 
 
 def test_ci_runs_the_test_command_of_the_readme():
-    ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
-          if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    ci = [
+        line
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "set ", "cd "))
+    ]
     assert ci == ["make test"]
     assert "make test" in (REPO / "README.md").read_text()
 
 
 # ------------------------------------------------------------------ the library's shape
+
 
 def helper_modules():
     import ast
@@ -60,10 +64,13 @@ def helper_modules():
 def test_no_function_in_helpers_is_longer_than_60_lines():
     import ast
 
-    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
-            for path, tree in helper_modules() for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.end_lineno - node.lineno + 1 > 60]
+    long = [
+        f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path, tree in helper_modules()
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > 60
+    ]
     assert long == []
 
 
@@ -73,8 +80,13 @@ def test_every_public_helper_module_declares_its_public_names():
     for path, tree in helper_modules():
         if path.name.startswith("_"):
             continue
-        names = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                 if isinstance(t, ast.Name)}
+        names = {
+            t.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
         assert "__all__" in names, path.name
 
 
@@ -83,11 +95,18 @@ def test_the_lessons_import_only_what_helpers_exports():
 
     import helpers
 
-    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")) + sorted((REPO / "solutions").glob("*.ipynb")):
-        code = "\n".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
-                         if c["cell_type"] == "code")
+    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")) + sorted(
+        (REPO / "solutions").glob("*.ipynb")
+    ):
+        code = "\n".join(
+            "".join(c["source"])
+            for c in json.loads(notebook.read_text())["cells"]
+            if c["cell_type"] == "code"
+        )
         assert not re.search(r"^from helpers\.\w+ import", code, re.M), notebook.name
-        for block in re.findall(r"^from helpers import \(?([^)\n]*(?:\n\s+[^)\n]*)*)\)?", code, re.M):
+        for block in re.findall(
+            r"^from helpers import \(?([^)\n]*(?:\n\s+[^)\n]*)*)\)?", code, re.M
+        ):
             for name in (n.strip() for n in block.replace("\n", " ").split(",") if n.strip()):
                 assert name in helpers.__all__, f"{notebook.name} imports {name}"
 
@@ -98,6 +117,7 @@ def test_jupyterlab_opens_without_asking_about_news():
     overrides = REPO / ".venv" / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
     if not overrides.is_file():
         import pytest
+
         pytest.skip("the environment was not made by make install")
     settings = json.loads(overrides.read_text())["@jupyterlab/apputils-extension:notification"]
     assert settings == {"fetchNews": "false", "checkForUpdates": False}
@@ -106,5 +126,7 @@ def test_jupyterlab_opens_without_asking_about_news():
 def test_every_notebook_names_the_python3_kernel():
     import json
 
-    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")) + sorted((REPO / "solutions").glob("*.ipynb")):
+    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")) + sorted(
+        (REPO / "solutions").glob("*.ipynb")
+    ):
         assert json.loads(notebook.read_text())["metadata"]["kernelspec"]["name"] == "python3"

@@ -7,13 +7,22 @@ import pandas as pd
 import pytest
 
 from helpers.analysis import shift_ranks
-from helpers.traces import (TraceError, TraceWarning, gather_traces, load_run, load_trace,
-                            merge_traces)
+from helpers.traces import (
+    TraceError,
+    TraceWarning,
+    gather_traces,
+    load_run,
+    load_trace,
+    merge_traces,
+)
 
 
 # ---------------------------------------------------------------- real traces
 
-def test_gpu_traces_of_two_ranks_load_with_kernels_streams_and_one_time_axis(real_traces, complete_events):
+
+def test_gpu_traces_of_two_ranks_load_with_kernels_streams_and_one_time_axis(
+    real_traces, complete_events
+):
     files = sorted((real_traces / "hta" / "trace_filter").glob("*.json.gz"))
     run = load_run(files)
 
@@ -30,7 +39,9 @@ def test_gpu_traces_of_two_ranks_load_with_kernels_streams_and_one_time_axis(rea
     assert run.headers[0].backend == "nccl" and run.headers[0].world_size == 128
 
 
-def test_nanosecond_trace_keeps_fractional_microseconds_and_every_event(real_traces, complete_events):
+def test_nanosecond_trace_keeps_fractional_microseconds_and_every_event(
+    real_traces, complete_events
+):
     path = next((real_traces / "hta" / "ns_resolution_trace").glob("*.json.gz"))
     trace = load_trace(path)
 
@@ -62,8 +73,11 @@ def test_trace_with_minimal_header_gets_its_rank_from_distributed_info(real_trac
 
 
 def test_a_single_trace_that_does_not_say_its_rank_loads_as_rank_0_and_says_it_was_assumed(
-        real_traces):
-    path = real_traces / "hta" / "distributed_info_unavailable" / "distributed_info_not_found.json.gz"
+    real_traces,
+):
+    path = (
+        real_traces / "hta" / "distributed_info_unavailable" / "distributed_info_not_found.json.gz"
+    )
     trace = load_trace(path)
 
     assert trace.header.rank == 0 and trace.header.rank_source == "assumed"
@@ -71,7 +85,9 @@ def test_a_single_trace_that_does_not_say_its_rank_loads_as_rank_0_and_says_it_w
 
 
 def test_several_traces_that_do_not_say_their_rank_need_their_ranks_given(real_traces, tmp_path):
-    path = real_traces / "hta" / "distributed_info_unavailable" / "distributed_info_not_found.json.gz"
+    path = (
+        real_traces / "hta" / "distributed_info_unavailable" / "distributed_info_not_found.json.gz"
+    )
     copy = tmp_path / "second.json.gz"
     copy.write_bytes(path.read_bytes())
 
@@ -82,6 +98,7 @@ def test_several_traces_that_do_not_say_their_rank_need_their_ranks_given(real_t
 
 
 # ------------------------------------------------------------ synthetic traces
+
 
 def test_rank_comes_from_the_file_name_when_the_trace_does_not_say(tmp_path, kineto, write):
     doc = kineto(0)
@@ -103,7 +120,8 @@ def test_events_get_kinds_steps_shapes_and_thread_lanes(tmp_path, kineto, write)
     assert set(mm["shapes"].astype(str)) == {"[[8,8],[8,8]]"}
     assert set(ev["kind"].astype(str)) == {"step", "compute", "communication"}
     assert set(ev.loc[ev["kind"] == "communication", "lane"].astype(str)) == {
-        "thread 101 (pt_gloo_runloop)"}
+        "thread 101 (pt_gloo_runloop)"
+    }
     assert (ev["dur_us"] == ev["end_us"] - ev["start_us"]).all()
 
 
@@ -132,13 +150,17 @@ def test_two_windows_of_one_rank_load_together(tmp_path, kineto, write):
 
 # ------------------------------------------------------------------ bad input
 
-@pytest.mark.parametrize("name, content, problem", [
-    ("empty.json", b"", "empty"),
-    ("blank.json", b"  \n", "empty"),
-    ("text.json", b"hello, this is not a trace", "not valid JSON"),
-    ("noevents.json", b'{"schemaVersion": 1}', "traceEvents"),
-    ("notgz.json.gz", b'{"traceEvents": []}', "not gzip"),
-])
+
+@pytest.mark.parametrize(
+    "name, content, problem",
+    [
+        ("empty.json", b"", "empty"),
+        ("blank.json", b"  \n", "empty"),
+        ("text.json", b"hello, this is not a trace", "not valid JSON"),
+        ("noevents.json", b'{"schemaVersion": 1}', "traceEvents"),
+        ("notgz.json.gz", b'{"traceEvents": []}', "not gzip"),
+    ],
+)
 def test_bad_files_raise_a_trace_error_naming_the_file(tmp_path, name, content, problem):
     path = tmp_path / name
     path.write_bytes(content)
@@ -228,6 +250,7 @@ def test_an_empty_folder_is_a_clear_error(tmp_path):
 
 # ---------------------------------------------------------------------- merge
 
+
 def _comparable(ev: pd.DataFrame) -> pd.DataFrame:
     cols = ["rank", "name", "cat", "kind", "dur_us", "start_us"]
     out = ev[cols].copy()
@@ -249,18 +272,23 @@ def test_merged_trace_round_trips_to_the_same_events(tmp_path, out_name, kineto,
     back = load_trace(merged).events
 
     pd.testing.assert_frame_equal(_comparable(back), _comparable(run.events))
-    with (gzip.open(merged) if out_name.endswith(".gz") else open(merged)) as f:
+    with gzip.open(merged) if out_name.endswith(".gz") else open(merged) as f:
         doc = json.load(f)
-    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "process_name"}
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert names == {0: "rank 0", 1: "rank 1"}
-    sort = {e["pid"]: e["args"]["sort_index"] for e in doc["traceEvents"]
-            if e["ph"] == "M" and e["name"] == "process_sort_index"}
+    sort = {
+        e["pid"]: e["args"]["sort_index"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_sort_index"
+    }
     assert sort == {0: 0, 1: 1}
 
 
-def test_merging_a_file_truncated_since_it_was_loaded_says_it_is_truncated(tmp_path, kineto,
-                                                                         write):
+def test_merging_a_file_truncated_since_it_was_loaded_says_it_is_truncated(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0))
     write(tmp_path / "rank1.json", kineto(1))
     run = load_run(tmp_path, cache=False)
@@ -278,8 +306,9 @@ def test_merging_real_gpu_traces_keeps_every_event(real_traces, tmp_path):
 
     with gzip.open(merged) as f:
         doc = json.load(f)
-    originals = sum(sum(1 for e in json.load(gzip.open(p))["traceEvents"] if e.get("ph") != "M")
-                    for p in files)
+    originals = sum(
+        sum(1 for e in json.load(gzip.open(p))["traceEvents"] if e.get("ph") != "M") for p in files
+    )
     assert sum(1 for e in doc["traceEvents"] if e.get("ph") != "M") == originals
     assert len(load_trace(merged).events) == len(run.events)
 
@@ -324,8 +353,13 @@ def test_shifting_ranks_moves_only_their_times(tmp_path, kineto, write):
     events = load_run(tmp_path).events
     shifted = shift_ranks(events, [1], 5000.0)
 
-    assert (shifted.loc[shifted["rank"] == 0, "start_us"] == events.loc[events["rank"] == 0, "start_us"]).all()
-    assert (shifted.loc[shifted["rank"] == 1, "end_us"] - events.loc[events["rank"] == 1, "end_us"] == 5000).all()
+    assert (
+        shifted.loc[shifted["rank"] == 0, "start_us"] == events.loc[events["rank"] == 0, "start_us"]
+    ).all()
+    assert (
+        shifted.loc[shifted["rank"] == 1, "end_us"] - events.loc[events["rank"] == 1, "end_us"]
+        == 5000
+    ).all()
     assert shifted["rel_us"].min() == 0
 
 
@@ -335,27 +369,64 @@ def test_merging_two_windows_of_a_rank_names_each_lane_once(tmp_path, kineto, wr
     write(tmp_path / "rank1_a.json", kineto(1, pid=200))
     merged = merge_traces(load_run(tmp_path), tmp_path / "out" / "merged.json")
 
-    names = [(e["pid"], e["tid"]) for e in json.loads(merged.read_text())["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name"]
+    names = [
+        (e["pid"], e["tid"])
+        for e in json.loads(merged.read_text())["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    ]
     assert len(names) == len(set(names)) == 4  # two threads on each rank
     assert len(load_trace(merged).events) == len(load_run(tmp_path).events)
 
 
 # ------------------------------------------------- foreign and damaged traces (issue 9)
 
+
 def rocm_doc() -> dict:
     """A trace shaped like a real ROCm one: hex stream ids on GPU and runtime events, no
     distributedInfo, no base time."""
-    return {"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 100.0,
-         "dur": 50.0},
-        {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 7, "tid": 7,
-         "ts": 110.0, "dur": 5.0, "args": {"stream": "0x0", "correlation": 12}},
-        {"ph": "X", "cat": "kernel", "name": "Cijk_Ailk_Bljk", "pid": 2, "tid": "stream 0x1a",
-         "ts": 120.0, "dur": 30.0, "args": {"stream": "0x1a", "device": 2}},
-        {"ph": "X", "cat": "kernel", "name": "odd", "pid": 2, "tid": 1, "ts": 160.0,
-         "dur": 1.0, "args": {"stream": "default"}},
-    ]}
+    return {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 7,
+                "tid": 7,
+                "ts": 100.0,
+                "dur": 50.0,
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "hipLaunchKernel",
+                "pid": 7,
+                "tid": 7,
+                "ts": 110.0,
+                "dur": 5.0,
+                "args": {"stream": "0x0", "correlation": 12},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "Cijk_Ailk_Bljk",
+                "pid": 2,
+                "tid": "stream 0x1a",
+                "ts": 120.0,
+                "dur": 30.0,
+                "args": {"stream": "0x1a", "device": 2},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "odd",
+                "pid": 2,
+                "tid": 1,
+                "ts": 160.0,
+                "dur": 1.0,
+                "args": {"stream": "default"},
+            },
+        ]
+    }
 
 
 def test_a_rocm_style_trace_with_hex_stream_ids_and_no_rank_loads(tmp_path, write):
@@ -381,13 +452,15 @@ def test_names_with_invalid_utf8_bytes_load_with_the_bytes_replaced_and_a_warnin
 
 
 def test_begin_and_end_events_are_paired_into_complete_events(tmp_path, write):
-    doc = {"traceEvents": [
-        {"ph": "B", "name": "outer", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0},
-        {"ph": "B", "name": "inner", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10},
-        {"ph": "E", "pid": 1, "tid": 1, "ts": 30},
-        {"ph": "E", "pid": 1, "tid": 1, "ts": 100},
-        {"ph": "B", "name": "never ends", "pid": 1, "tid": 2, "ts": 5},
-    ]}
+    doc = {
+        "traceEvents": [
+            {"ph": "B", "name": "outer", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0},
+            {"ph": "B", "name": "inner", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10},
+            {"ph": "E", "pid": 1, "tid": 1, "ts": 30},
+            {"ph": "E", "pid": 1, "tid": 1, "ts": 100},
+            {"ph": "B", "name": "never ends", "pid": 1, "tid": 2, "ts": 5},
+        ]
+    }
     with pytest.warns(TraceWarning, match="2 B/E pairs joined.*1 begins or ends without"):
         ev = load_trace(write(tmp_path / "be.json", doc)).events
 
@@ -395,8 +468,9 @@ def test_begin_and_end_events_are_paired_into_complete_events(tmp_path, write):
     assert list(ev["dur_us"]) == [100.0, 20.0]
 
 
-@pytest.mark.parametrize("events", [[], [{"ph": "M", "name": "process_name", "pid": 1,
-                                          "args": {"name": "x"}}]])
+@pytest.mark.parametrize(
+    "events", [[], [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}}]]
+)
 def test_a_trace_with_no_events_to_load_says_so(tmp_path, write, events):
     path = write(tmp_path / "rank0.json", {"traceEvents": events})
     with pytest.raises(TraceError, match="rank0.json: holds no events with a duration"):
@@ -427,13 +501,16 @@ def test_fields_of_unexpected_types_are_read_leniently(tmp_path, kineto, write):
 
 # --------------------------------------------------------- big runs (issue 14)
 
+
 @pytest.fixture
 def eight_ranks(tmp_path, kineto, write):
     folder = tmp_path / "run"
     folder.mkdir()
     for rank in range(8):
-        write(folder / f"rank{rank}.json", kineto(rank, world=8, pid=100 + rank, steps=6,
-                                                  offset_us=rank * 7.0))
+        write(
+            folder / f"rank{rank}.json",
+            kineto(rank, world=8, pid=100 + rank, steps=6, offset_us=rank * 7.0),
+        )
     return folder
 
 
@@ -451,7 +528,9 @@ def test_a_bad_file_in_a_parallel_load_raises_the_same_trace_error_naming_it(eig
         load_run(eight_ranks, workers=1, cache=False)
     with pytest.raises(TraceError, match="rank5.json.*truncated") as parallel:
         load_run(eight_ranks, workers=2, cache=False)
-    assert parallel.value.path == serial.value.path and parallel.value.problem == serial.value.problem
+    assert (
+        parallel.value.path == serial.value.path and parallel.value.problem == serial.value.problem
+    )
 
 
 def test_the_cache_is_used_while_nothing_changed(eight_ranks, monkeypatch):
@@ -459,6 +538,7 @@ def test_the_cache_is_used_while_nothing_changed(eight_ranks, monkeypatch):
     assert list((eight_ranks / ".cache").glob("events-*.npz"))
 
     import helpers.traces as traces
+
     monkeypatch.setattr(traces, "_load_files", lambda *a, **k: pytest.fail("files were read again"))
     again = load_run(eight_ranks)
     pd.testing.assert_frame_equal(first.events, again.events)
