@@ -64,7 +64,7 @@ run: install
 # Unit tests of helpers/, every lesson and every solution under nbval, and the analysis lessons
 # again in recorded mode.
 test: install
-	$(NBVAL) tests notebooks solutions
+	PDP_CHECKS_MUST_PASS=1 $(NBVAL) tests notebooks solutions
 	$(MAKE) --no-print-directory test-recorded
 
 test-recorded: install
@@ -79,7 +79,7 @@ refresh: install
 	rm -f notebooks/*.py solutions/*.py  # the scripts they write: fresh, so outputs say "Writing"
 	@for nb in $(NOTEBOOKS) $(SOLUTIONS); do \
 	  echo "== refreshing $$nb"; \
-	  $(EXECUTE) --inplace "$$nb" || exit 1; \
+	  PDP_CHECKS_MUST_PASS=1 $(EXECUTE) --inplace "$$nb" || exit 1; \
 	done
 
 # Maintainers: record the lessons' runs anew into recordings/ (what recorded mode replays).

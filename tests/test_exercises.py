@@ -1,22 +1,41 @@
-"""The exercises' checks: each rejects a typical wrong answer with a hint, accepts the right one,
-and every exercise of every lesson has a check, a check cell and a solution."""
+"""The exercises' checks, as a specification.
 
+Every check rejects plausible wrong answers with a reason (a wrong number, a run launched with
+the wrong arguments, the unchanged starter code), accepts the right answer, and answers a
+malformed one with a hint instead of an exception. Every exercise of every lesson has a check,
+a check cell, and a worked solution that calls the same check and passed it.
+
+The evidence is small: fake runs with a few hand-written events, and the lessons' own runs
+replayed from ``recordings/`` (real traces, no launch), each replayed once per module.
+"""
+
+from __future__ import annotations
+
+import ast
 import json
 import pickle
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, Callable
 
 import pytest
 
 from conftest import BASE_NS, REPO, write_doc
-from helpers.exercises import CHECKS, evaluate
-from helpers.launch import RankFailed
+from helpers.exercises import CHECKS, MUST_PASS_ENV, ExerciseNotSolved, check, evaluate
+from helpers.launch import LaunchError, RankFailed
+from helpers.recorded import RECORDINGS_ROOT, replay
 from helpers.runs import RunRecord
 
+LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_solutions.ipynb"))
 
-def fake_run(tmp_path: Path, script: str, args=(), nproc=2, nnodes=1, **extra) -> RunRecord:
-    run_dir = tmp_path / "run"
+
+def fake_run(
+    folder: Path, script: str, args=(), nproc: int = 2, nnodes: int = 1, **extra: Any
+) -> RunRecord:
+    """A finished run of ``script`` whose folder ``folder / "run"`` holds what a test writes."""
+    run_dir = folder / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunRecord(
         experiment="ex",
@@ -31,12 +50,12 @@ def fake_run(tmp_path: Path, script: str, args=(), nproc=2, nnodes=1, **extra) -
         backend="gloo",
         device="cpu",
         started="",
-        status="ok",
+        status=extra.pop("status", "ok"),
         **extra,
     )
 
 
-def trace(rank, events, pid=100) -> dict:
+def trace(rank: int, events: list[dict], pid: int = 100) -> dict:
     return {
         "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"},
         "baseTimeNanoseconds": BASE_NS,
@@ -44,6 +63,53 @@ def trace(rank, events, pid=100) -> dict:
             dict({"ph": "X", "pid": pid, "tid": pid, "cat": "cpu_op"}, **e) for e in events
         ],
     }
+
+
+def rejected(result: tuple[bool | None, str], reason: str) -> bool:
+    """The check said "not yet", and its hint gives this reason."""
+    ok, hint = result
+    assert ok is False, f"accepted: {hint}"
+    assert reason in hint, hint
+    return True
+
+
+def accepted(result: tuple[bool | None, str]) -> bool:
+    ok, message = result
+    assert ok is True, message
+    return True
+
+
+@pytest.fixture(scope="module")
+def lesson_run(tmp_path_factory) -> Callable[[str], RunRecord | LaunchError]:
+    """``lesson_run("ddp-straggler")``: the lesson's own run of that experiment replayed from
+    ``recordings/`` into a folder of this module (real files, no launch); a run that failed
+    comes back as its error. Each experiment is replayed once."""
+    replayed: dict[str, RunRecord | LaunchError] = {}
+
+    def get(experiment: str) -> RunRecord | LaunchError:
+        if experiment not in replayed:
+            keys = [
+                json.loads(p.read_text())["key"]
+                for p in RECORDINGS_ROOT.glob(f"{experiment}-*/recording.json")
+            ]
+            (key,) = [k for k in keys if k["experiment"] == experiment]
+            root = tmp_path_factory.mktemp(experiment)
+            try:
+                replayed[experiment] = replay(
+                    Path(key["script"]),
+                    key["nproc"],
+                    experiment,
+                    key["args"],
+                    key["nnodes"],
+                    key["start_nodes"],
+                    False,
+                    root,
+                )
+            except LaunchError as err:
+                replayed[experiment] = err
+        return replayed[experiment]
+
+    return get
 
 
 # ----------------------------------------------------------------- the checks in general
@@ -61,41 +127,123 @@ def test_an_unknown_exercise_is_named_in_the_error():
         evaluate("09.9", 1)
 
 
-def test_every_lesson_has_at_least_two_exercises_each_with_a_check_cell_and_a_solution():
-    for lesson in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        cells = json.loads(lesson.read_text())["cells"]
-        sources = ["".join(c["source"]) for c in cells]
-        checked = re.findall(r'check\("(\d\d\.\d)"', "\n".join(sources))
-        number = lesson.name[:2]
-        assert len(set(checked)) >= 2 and all(n.startswith(number) for n in checked), lesson.name
-        for n in checked:
-            assert n in CHECKS, f"{lesson.name}: no check for exercise {n}"
-        solution = REPO / "solutions" / f"{number}_solutions.ipynb"
-        solution_code = "\n".join(
-            "".join(c["source"]) for c in json.loads(solution.read_text())["cells"]
+def test_a_wrong_answer_is_printed_with_its_hint_and_raises_nothing(capsys, monkeypatch):
+    monkeypatch.delenv(MUST_PASS_ENV, raising=False)
+    check("08.1", 5, error=None)
+    assert capsys.readouterr().out.startswith("Exercise 08.1: not yet. no error was caught")
+
+
+def test_when_checks_must_pass_a_wrong_answer_raises_with_its_hint(monkeypatch):
+    monkeypatch.setenv(MUST_PASS_ENV, "1")
+    with pytest.raises(ExerciseNotSolved, match="Exercise 08.1: not yet. no error was caught"):
+        check("08.1", 5, error=None)
+
+
+def test_when_checks_must_pass_an_exercise_not_answered_yet_still_raises_nothing(
+    capsys, monkeypatch
+):
+    monkeypatch.setenv(MUST_PASS_ENV, "1")
+    check("08.1", ..., error=...)
+    assert "not answered yet" in capsys.readouterr().out
+
+
+def cells(notebook: Path) -> list[dict]:
+    return json.loads(notebook.read_text())["cells"]
+
+
+def check_calls(notebook: Path) -> dict[str, str]:
+    """Each exercise's ``check(...)`` call in a notebook, whitespace removed."""
+    code = "\n".join("".join(c["source"]) for c in cells(notebook) if c["cell_type"] == "code")
+    return {
+        m.group(1): re.sub(r"\s+", "", m.group(0))
+        for m in re.finditer(r'check\(\s*"(\d\d\.\d)"[^)]*\)', code)
+    }
+
+
+def test_every_lesson_has_at_least_two_exercises_each_with_a_check():
+    for lesson in LESSONS:
+        checked = check_calls(lesson)
+        assert len(checked) >= 2 and all(n.startswith(lesson.name[:2]) for n in checked), lesson
+        assert set(checked) <= set(CHECKS), (
+            f"{lesson.name}: no check for {set(checked) - set(CHECKS)}"
         )
-        solved = re.findall(r'evaluate\("(\d\d\.\d)"', solution_code)
-        assert set(solved) == set(checked), (
-            f"{solution.name} solves every exercise of {lesson.name}"
-        )
-    assert all(
-        any(n.startswith(l.name[:2]) for l in (REPO / "notebooks").glob("*.ipynb")) for n in CHECKS
-    ), "every check belongs to a lesson"
+    lessons = {lesson.name[:2] for lesson in LESSONS}
+    assert {n[:2] for n in CHECKS} <= lessons, "every check belongs to a lesson"
+
+
+def test_every_solution_ends_each_exercise_with_the_check_call_of_its_lesson():
+    for lesson in LESSONS:
+        solution = REPO / "solutions" / f"{lesson.name[:2]}_solutions.ipynb"
+        assert check_calls(solution) == check_calls(lesson), solution.name
+
+
+def test_ci_runs_the_solutions_with_checks_that_must_pass():
+    makefile = (REPO / "Makefile").read_text()
+    in_nbval = re.search(rf"^NBVAL\s*:=\s*{MUST_PASS_ENV}=1 ", makefile, re.MULTILINE)
+    runs = [line for line in makefile.splitlines() if "$(NBVAL)" in line and "solutions" in line]
+    assert runs and all(in_nbval or f"{MUST_PASS_ENV}=1 $(NBVAL)" in line for line in runs), (
+        f"make test runs the solutions with {MUST_PASS_ENV}=1"
+    )
+
+
+def test_no_solution_asserts_on_evaluate_a_learner_would_copy_it():
+    for solution in SOLUTIONS:
+        code = "\n".join("".join(c["source"]) for c in cells(solution))
+        assert "evaluate(" not in code, solution.name
+
+
+def test_every_solution_said_right_when_its_outputs_were_committed():
+    for solution in SOLUTIONS:
+        said = [
+            "".join(output.get("text", ""))
+            for cell in cells(solution)
+            if re.match(r'check\("\d\d\.\d"', "".join(cell["source"]))
+            for output in cell.get("outputs", [])
+        ]
+        assert said and all(re.match(r"Exercise \d\d\.\d: right\. ", s) for s in said), said
+
+
+def names_bound_only_in_except(source: str) -> list[str]:
+    """Names a cell binds inside an ``except ... as err`` clause of a ``try`` that has no
+    ``else`` and that the cell did not bind before the ``try``: when the ``try`` succeeds they
+    are never bound, and a later use raises NameError."""
+    tree = ast.parse(source)
+    bound_before: set[str] = set()
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Try) and not node.orelse:
+            for handler in node.handlers:
+                for inner in ast.walk(handler):
+                    if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                        if inner.id not in bound_before:
+                            found.append(inner.id)
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                bound_before.add(inner.id)
+    return found
+
+
+def test_no_solution_binds_a_name_only_when_its_run_fails():
+    for solution in SOLUTIONS:
+        for cell in cells(solution):
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and not source.startswith("%%"):
+                assert not names_bound_only_in_except(source), (solution.name, source)
 
 
 def test_no_lesson_code_cell_carries_an_nbval_comment_marker():
-    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")) + sorted(
-        (REPO / "solutions").glob("*.ipynb")
-    ):
-        for cell in json.loads(notebook.read_text())["cells"]:
+    for notebook in LESSONS + SOLUTIONS:
+        for cell in cells(notebook):
             assert "NBVAL_" not in "".join(cell["source"]), notebook.name
 
 
-# --------------------------------------------------------------------------- lesson 1
+# ---------------------------------------------------------------- evidence, per lesson
 
 
-def test_1_1_rejects_local_ranks_numbered_across_nodes(tmp_path):
-    run = fake_run(tmp_path, "ranks.py", nproc=3, nnodes=2)
+@pytest.fixture(scope="module")
+def two_nodes_ranks(tmp_path_factory) -> RunRecord:
+    """Exercise 1.1's run: ranks.py on 3 processes per node, 2 nodes."""
+    run = fake_run(tmp_path_factory.mktemp("ranks"), "ranks.py", nproc=3, nnodes=2)
     for rank in range(6):
         (run.run_dir / f"rank{rank}.json").write_text(
             json.dumps(
@@ -107,28 +255,20 @@ def test_1_1_rejects_local_ranks_numbered_across_nodes(tmp_path):
                 }
             )
         )
-    ok, hint = evaluate(
-        "01.1", {"WORLD_SIZE": 6, "LOCAL_RANKS": set(range(6)), "MASTER_PORTS": 1}, run=run
-    )
-    assert not ok and "starts again on each node" in hint
-    assert evaluate(
-        "01.1", {"WORLD_SIZE": 6, "LOCAL_RANKS": {0, 1, 2}, "MASTER_PORTS": 1}, run=run
-    )[0]
+    return run
 
 
-def test_1_2_rejects_a_rank_that_raised_instead_of_exiting_with_3(tmp_path):
-    raised = RankFailed("", fake_run(tmp_path, "fails_exit.py"), rank=1, exit_code=1, last_lines=[])
-    ok, hint = evaluate("01.2", raised)
-    assert not ok and "uncaught exception" in hint
-    assert evaluate("01.2", RankFailed("", raised.record, 1, 3, []))[0]
+@pytest.fixture(scope="module")
+def exit_3_on_rank_1(tmp_path_factory) -> RankFailed:
+    """Exercise 1.2's failure: rank 1 of fails_exit.py exited with code 3."""
+    return RankFailed("", fake_run(tmp_path_factory.mktemp("exit"), "fails_exit.py"), 1, 3, [])
 
 
-# --------------------------------------------------------------------------- lesson 2
-
-
-def test_2_1_rejects_step_numbers_counted_from_1(tmp_path):
+def schedule_files(folder: Path, windows: dict[str, list[int]]) -> list[Path]:
+    """One trace per file name, holding ``ProfilerStep#N`` for its steps."""
+    folder.mkdir(parents=True, exist_ok=True)
     files = []
-    for name, steps in {"primer_step5.json": [3, 4], "primer_step10.json": [8, 9]}.items():
+    for name, steps in windows.items():
         doc = trace(
             0,
             [
@@ -136,55 +276,68 @@ def test_2_1_rejects_step_numbers_counted_from_1(tmp_path):
                 for s in steps
             ],
         )
-        files.append(write_doc(tmp_path / name, doc))
-    ok, hint = evaluate(
-        "02.1", {"primer_step5.json": [4, 5], "primer_step10.json": [9, 10]}, files=files
+        files.append(write_doc(folder / name, doc))
+    return files
+
+
+@pytest.fixture(scope="module")
+def two_cycle_files(tmp_path_factory) -> list[Path]:
+    """What exercise 2.1's schedule (wait=2, warmup=1, active=2, repeat=2) saves in 10 steps."""
+    return schedule_files(
+        tmp_path_factory.mktemp("two-cycles"),
+        {"primer_step5.json": [3, 4], "primer_step10.json": [8, 9]},
     )
-    assert not ok and "steps count from 0" in hint
-    assert evaluate(
-        "02.1", {"primer_step5.json": [3, 4], "primer_step10.json": [8, 9]}, files=files
-    )[0]
 
 
-def test_2_2_rejects_the_shapes_with_the_most_total_time_instead_of_self_time():
-    def group(shapes, self_us, total_us):
-        return SimpleNamespace(
-            key="aten::convolution_backward",
-            input_shapes=shapes,
-            count=1,
-            self_cpu_time_total=self_us,
-            cpu_time_total=total_us,
+def conv_profile(*groups: tuple[list, float, float], key="aten::convolution_backward"):
+    """A stand-in for a profile: key_averages(group_by_input_shape=True) gives these groups
+    of (input shapes, self µs, total µs)."""
+    rows = [
+        SimpleNamespace(
+            key=key, input_shapes=shapes, count=1, self_cpu_time_total=s, cpu_time_total=t
         )
-
-    groups = [group([[8, 64]], 900, 1000), group([[8, 512]], 500, 3000)]
-    prof = SimpleNamespace(key_averages=lambda group_by_input_shape: groups)
-    ok, hint = evaluate("02.2", [[8, 512]], prof=prof)
-    assert not ok and "self time" in hint
-    assert evaluate("02.2", [[8, 64]], prof=prof)[0]
+        for shapes, s, t in groups
+    ]
+    return SimpleNamespace(key_averages=lambda group_by_input_shape: rows)
 
 
-# --------------------------------------------------------------------------- lesson 3
+CONV_PROFILE = conv_profile(([[8, 64]], 900, 1000), ([[8, 512]], 500, 3000))
+
+ASKED_3_1 = ["--steps", "8", "--wait", "1", "--warmup", "1", "--active", "2", "--repeat", "2"]
 
 
-def test_3_1_rejects_files_of_ranks_that_do_not_profile(tmp_path):
-    run = fake_run(tmp_path, "train_ddp.py", args=["--profile-ranks", "0"])
+@pytest.fixture(scope="module")
+def two_cycle_run(tmp_path_factory) -> RunRecord:
+    """Exercise 3.1's run: rank 0 profiles two windows of 2 steps."""
+    run = fake_run(
+        tmp_path_factory.mktemp("two-cycle-run"),
+        "train_ddp.py",
+        args=ASKED_3_1 + ["--profile-ranks", "0"],
+    )
     for name in ("rank0_iter2_3.json", "rank0_iter6_7.json"):
         (run.run_dir / name).write_text("{}")
-    ok, hint = evaluate("03.1", ["rank0_iter2_3.json", "rank1_iter2_3.json"], run=run)
-    assert not ok and "only the ranks named in --profile-ranks" in hint
-    assert evaluate("03.1", ["rank0_iter6_7.json", "rank0_iter2_3.json"], run=run)[0]
+    return run
 
 
-def test_3_2_rejects_ranks_guessed_from_process_ids(tmp_path):
-    run = fake_run(tmp_path, "train_ddp_pid.py")
-    write_doc(run.run_dir / "trace_200.json", trace(0, [{"name": "aten::mm", "ts": 0, "dur": 1}]))
-    write_doc(run.run_dir / "trace_100.json", trace(1, [{"name": "aten::mm", "ts": 0, "dur": 1}]))
-    ok, hint = evaluate("03.2", {"trace_100.json": 0, "trace_200.json": 1}, run=run)
-    assert not ok and "header.rank" in hint
-    assert evaluate("03.2", {"trace_100.json": 1, "trace_200.json": 0}, run=run)[0]
+SHORT_SHARED = ["--steps", "3", "--wait", "1", "--warmup", "1", "--active", "1"]
+SHORT_SHARED += ["--shared-trace-name"]
 
 
-# --------------------------------------------------------------------------- lesson 4
+def pid_files(folder: Path, names: dict[str, tuple[int, int]], args=SHORT_SHARED) -> RunRecord:
+    """A run of train_ddp_pid.py whose files ``name`` were written by (rank, process id)."""
+    run = fake_run(folder, "train_ddp_pid.py", args=args)
+    for name, (rank, pid) in names.items():
+        events = [{"name": "aten::mm", "ts": 0, "dur": 1}]
+        write_doc(run.run_dir / name, trace(rank, events, pid=pid))
+    return run
+
+
+@pytest.fixture(scope="module")
+def pid_run(tmp_path_factory) -> RunRecord:
+    """Exercise 3.2's run: rank 0 is process 200, rank 1 process 100."""
+    return pid_files(
+        tmp_path_factory.mktemp("pid"), {"trace_200.json": (0, 200), "trace_100.json": (1, 100)}
+    )
 
 
 def ddp_traces(folder: Path, slow_rank: int | None, delay_us: float) -> None:
@@ -213,30 +366,20 @@ def ddp_traces(folder: Path, slow_rank: int | None, delay_us: float) -> None:
         write_doc(folder / f"rank{rank}.json", trace(rank, events, pid=100 + rank))
 
 
-def test_4_1_rejects_the_slow_rank_as_the_one_that_waits(tmp_path):
-    from helpers.traces import load_run
-
-    ddp_traces(tmp_path, slow_rank=1, delay_us=150_000)
-    events = load_run(tmp_path, cache=False).events
-    ok, hint = evaluate("04.1", {"rank": 1, "ms": 150}, events=events)
-    assert not ok and "the one that is early" in hint
-    assert evaluate("04.1", {"rank": 0, "ms": 150}, events=events)[0]
-
-
-def test_4_2_rejects_the_rank_that_waits_most_as_the_straggler(tmp_path):
-    run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "0", "--delay-ms", "100"])
+@pytest.fixture(scope="module")
+def rank0_straggler(tmp_path_factory) -> tuple[RunRecord, RunRecord]:
+    """Exercise 4.2's runs: rank 0 loads its batches 100 ms late, and a normal run."""
+    folder = tmp_path_factory.mktemp("rank0-straggler")
+    run = fake_run(folder, "train_ddp.py", args=["--slow-rank", "0", "--delay-ms", "100"])
     ddp_traces(run.run_dir, slow_rank=0, delay_us=100_000)
-    baseline = fake_run(tmp_path / "normal", "train_ddp.py")
+    baseline = fake_run(folder / "normal", "train_ddp.py")
     ddp_traces(baseline.run_dir, slow_rank=None, delay_us=0)
-    ok, hint = evaluate("04.2", {"straggler": 1, "extra_wait_ms": 100}, run=run, baseline=baseline)
-    assert not ok and "waits least" in hint
-    assert evaluate("04.2", {"straggler": 0, "extra_wait_ms": 100}, run=run, baseline=baseline)[0]
-
-
-# --------------------------------------------------------------------------- lesson 5
+    return run, baseline
 
 
 def rpc_traces(run_dir: Path, calls: int, call_us: float) -> None:
+    """The caller marks ``calls`` calls, the shortest lasting ``call_us``; the server serves
+    each on a thread of its own."""
     marks = [
         {
             "cat": "user_annotation",
@@ -265,42 +408,45 @@ def rpc_traces(run_dir: Path, calls: int, call_us: float) -> None:
     )
 
 
-def test_5_1_rejects_a_call_shorter_than_the_server_takes(tmp_path):
-    run = fake_run(
-        tmp_path,
-        "rpc_profiling.py",
-        args=["--part", "per-worker", "--sleep-ms", "50", "--concurrent", "3"],
-    )
+ASKED_5_1 = ["--part", "per-worker", "--sleep-ms", "50", "--concurrent", "3"]
+
+
+def three_calls(folder: Path, args=ASKED_5_1) -> RunRecord:
+    run = fake_run(folder, "rpc_profiling.py", args=args)
     rpc_traces(run.run_dir, calls=3, call_us=52_000)
-    ok, hint = evaluate("05.1", 20, run=run)
-    assert not ok and "at least as long as the server's 50 ms sleep" in hint
-    assert evaluate("05.1", 53, run=run)[0]
+    return run
 
 
-def test_5_2_rejects_a_legacy_count_of_every_call_sent(tmp_path):
+@pytest.fixture(scope="module")
+def three_calls_run(tmp_path_factory) -> RunRecord:
+    """Exercise 5.1's run: 3 calls of 50 ms at once, the shortest lasting 52 ms."""
+    return three_calls(tmp_path_factory.mktemp("three-calls"))
+
+
+@pytest.fixture(scope="module")
+def six_calls(tmp_path_factory) -> tuple[RunRecord, RunRecord]:
+    """Exercise 5.2's runs: the legacy profiler recorded 1 of 6 calls, every worker 6."""
+    folder = tmp_path_factory.mktemp("six-calls")
     legacy = fake_run(
-        tmp_path / "legacy", "rpc_profiling.py", args=["--part", "legacy", "--concurrent", "6"]
+        folder / "legacy", "rpc_profiling.py", args=["--part", "legacy", "--concurrent", "6"]
     )
     (legacy.run_dir / "legacy_summary.json").write_text(json.dumps({"udf_calls_recorded": 1}))
     per_worker = fake_run(
-        tmp_path / "pw", "rpc_profiling.py", args=["--part", "per-worker", "--concurrent", "6"]
+        folder / "pw", "rpc_profiling.py", args=["--part", "per-worker", "--concurrent", "6"]
     )
     rpc_traces(per_worker.run_dir, calls=6, call_us=30_000)
-    ok, hint = evaluate(
-        "05.2", {"legacy": 6, "per_worker": 6}, legacy_run=legacy, per_worker_run=per_worker
+    return legacy, per_worker
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> RunRecord:
+    """Exercise 6.1's sweep: 8 waiting calls of 50 ms on pools of 1 to 16 threads."""
+    run = fake_run(
+        tmp_path_factory.mktemp("sweep"),
+        "rpc_threads.py",
+        args=["--threads", "1,2,4,8,16", "--calls", "8"],
+        nproc=6,
     )
-    assert not ok and "udf_calls_recorded" in hint
-    assert evaluate(
-        "05.2", {"legacy": 1, "per_worker": 6}, legacy_run=legacy, per_worker_run=per_worker
-    )[0]
-
-
-# --------------------------------------------------------------------------- lesson 6
-
-
-@pytest.fixture
-def sweep(tmp_path):
-    run = fake_run(tmp_path, "rpc_threads.py", args=["--threads", "1,2,4,8,16", "--calls", "8"])
     latency = {1: 402, 2: 201, 4: 101, 8: 52, 16: 51}
     (run.run_dir / "latency.json").write_text(
         json.dumps(
@@ -313,54 +459,32 @@ def sweep(tmp_path):
     return run
 
 
-def test_6_1_rejects_one_call_time_for_eight_calls_on_four_threads(sweep):
-    ok, hint = evaluate("06.1", 50, run=sweep)
-    assert not ok and "how many rounds" in hint
-    assert evaluate("06.1", 100, run=sweep)[0]
+STEPS_7 = ["--steps", "7", "--wait", "2", "--warmup", "1", "--active", "4"]
 
 
-def test_6_2_rejects_the_largest_pool_as_the_one_that_is_enough(sweep):
-    ok, hint = evaluate("06.2", 16, run=sweep)
-    assert not ok and "smaller pool" in hint
-    assert evaluate("06.2", 8, run=sweep)[0]
-
-
-# --------------------------------------------------------------------------- lesson 7
-
-
-def test_7_1_rejects_node_folders_guessed_without_run_nodes(tmp_path):
+@pytest.fixture(scope="module")
+def two_nodes_ranks_0_2(tmp_path_factory) -> RunRecord:
+    """Exercise 7.1's run: node 0 got ranks 2 and 3, node 1 ranks 0 and 1."""
     run = fake_run(
-        tmp_path,
+        tmp_path_factory.mktemp("two-nodes"),
         "train_ddp.py",
-        args=["--profile-ranks", "0,2"],
+        args=STEPS_7 + ["--profile-ranks", "0,2"],
         nnodes=2,
         nodes={0: [2, 3], 1: [0, 1]},
     )
     for node, name in ((0, "rank2_iter3_6.json"), (1, "rank0_iter3_6.json")):
-        (run.run_dir / f"node{node}").mkdir()
+        (run.run_dir / f"node{node}").mkdir(exist_ok=True)
         (run.run_dir / f"node{node}" / name).write_text("{}")
-    ok, hint = evaluate(
-        "07.1", {"node0": ["rank0_iter3_6.json"], "node1": ["rank2_iter3_6.json"]}, run=run
-    )
-    assert not ok and "run.nodes" in hint
-    assert evaluate(
-        "07.1", {"node0": ["rank2_iter3_6.json"], "node1": ["rank0_iter3_6.json"]}, run=run
-    )[0]
+    return run
 
 
-def test_7_2_rejects_the_skew_of_the_lesson_instead_of_your_own(tmp_path):
-    from helpers.analysis import shift_ranks
+@pytest.fixture(scope="module")
+def two_node_events(lesson_run):
+    """The events and nodes of lesson 7's own two-node run (real traces)."""
     from helpers.traces import load_run
 
-    ddp_traces(tmp_path, slow_rank=None, delay_us=0)
-    events = shift_ranks(load_run(tmp_path, cache=False).events, [1], -30_000)
-    nodes = {0: [0], 1: [1]}
-    ok, hint = evaluate("07.2", 50_000, events=events, nodes=nodes, injected_us=-30_000)
-    assert not ok and "clock_offsets" in hint
-    assert evaluate("07.2", -30_000, events=events, nodes=nodes, injected_us=-30_000)[0]
-
-
-# --------------------------------------------------------------------------- lesson 8
+    run = lesson_run("two-nodes")
+    return load_run(run, cache=False).events, run.nodes
 
 
 def fr_dump(path: Path, ops: list[str]) -> None:
@@ -382,32 +506,571 @@ def fr_dump(path: Path, ops: list[str]) -> None:
     path.write_bytes(pickle.dumps({"version": "2.10", "entries": entries}))
 
 
-def hang_error(tmp_path: Path, args: list[str], rank0: list[str], rank1: list[str]) -> RankFailed:
-    run = fake_run(tmp_path, "hang.py", args=args)
+def hang_error(folder: Path, args: list[str], rank0: list[str], rank1: list[str]) -> RankFailed:
+    run = fake_run(folder, "hang.py", args=args, status="failed")
     fr_dump(run.run_dir / "fr_0", rank0)
     fr_dump(run.run_dir / "fr_1", rank1)
     return RankFailed("", run, 1, 1, [])
 
 
-def test_8_1_rejects_the_step_number_given_as_the_sequence_number(tmp_path):
-    error = hang_error(
-        tmp_path,
+@pytest.fixture(scope="module")
+def broadcast_at_step_3(tmp_path_factory) -> RankFailed:
+    """Exercise 8.1's failure: rank 1 broadcast where rank 0 all-reduced, at step 3."""
+    return hang_error(
+        tmp_path_factory.mktemp("different"),
         ["--bug", "different", "--bug-step", "3"],
         ["all_reduce", "broadcast"] * 2 + ["all_reduce"],
         ["all_reduce", "broadcast"] * 2 + ["broadcast"],
     )
-    ok, hint = evaluate("08.1", 3, error=error)
-    assert not ok and "two collectives" in hint
-    assert evaluate("08.1", 5, error=error)[0]
 
 
-def test_8_2_rejects_the_rank_that_did_call_the_collective(tmp_path):
-    error = hang_error(
-        tmp_path,
+@pytest.fixture(scope="module")
+def skipped_at_step_4(tmp_path_factory) -> RankFailed:
+    """Exercise 8.2's failure: rank 1 skipped its all_reduce at step 4."""
+    return hang_error(
+        tmp_path_factory.mktemp("skip"),
         ["--bug", "skip"],
         ["all_reduce", "broadcast"] * 3 + ["all_reduce"],
         ["all_reduce", "broadcast"] * 3,
     )
-    ok, hint = evaluate("08.2", {"seq": 7, "rank": 0}, error=error)
-    assert not ok and "which rank has nothing" in hint
-    assert evaluate("08.2", {"seq": 7, "rank": 1}, error=error)[0]
+
+
+@pytest.fixture(scope="module")
+def right_evidence(
+    lesson_run,
+    two_nodes_ranks,
+    exit_3_on_rank_1,
+    two_cycle_files,
+    two_cycle_run,
+    pid_run,
+    rank0_straggler,
+    three_calls_run,
+    six_calls,
+    sweep,
+    two_nodes_ranks_0_2,
+    two_node_events,
+    broadcast_at_step_3,
+    skipped_at_step_4,
+) -> dict[str, tuple[Any, dict]]:
+    """For every exercise, a right answer and the evidence it was found from."""
+    from helpers.analysis import clock_offsets, shift_ranks
+
+    events, nodes = two_node_events
+    shifted = shift_ranks(events, nodes[1], -30_000)
+    legacy, per_worker = six_calls
+    return {
+        "01.1": (
+            {"WORLD_SIZE": 6, "LOCAL_RANKS": {0, 1, 2}, "MASTER_PORTS": 1},
+            {"run": two_nodes_ranks},
+        ),
+        "01.2": (exit_3_on_rank_1, {}),
+        "02.1": (
+            {"primer_step5.json": [3, 4], "primer_step10.json": [8, 9]},
+            {"files": two_cycle_files},
+        ),
+        "02.2": ([[8, 64]], {"prof": CONV_PROFILE}),
+        "03.1": (["rank0_iter2_3.json", "rank0_iter6_7.json"], {"run": two_cycle_run}),
+        "03.2": ({"trace_100.json": 1, "trace_200.json": 0}, {"run": pid_run}),
+        "04.1": ({"rank": 0, "ms": 150}, {"run": lesson_run("ddp-straggler")}),
+        "04.2": (
+            {"straggler": 0, "extra_wait_ms": 100},
+            {"run": rank0_straggler[0], "baseline": rank0_straggler[1]},
+        ),
+        "05.1": (53, {"run": three_calls_run}),
+        "05.2": (
+            {"legacy": 1, "per_worker": 6},
+            {"legacy_run": legacy, "per_worker_run": per_worker},
+        ),
+        "06.1": (100, {"run": sweep}),
+        "06.2": (8, {"run": sweep}),
+        "07.1": (
+            {"node0": ["rank2_iter3_6.json"], "node1": ["rank0_iter3_6.json"]},
+            {"run": two_nodes_ranks_0_2},
+        ),
+        "07.2": (
+            clock_offsets(shifted, nodes)[1],
+            {"events": shifted, "nodes": nodes, "injected_us": -30_000},
+        ),
+        "08.1": (5, {"error": broadcast_at_step_3}),
+        "08.2": ({"seq": 7, "rank": 1}, {"error": skipped_at_step_4}),
+    }
+
+
+def test_every_exercise_has_a_right_answer_in_this_specification(right_evidence):
+    assert set(right_evidence) == set(CHECKS)
+
+
+@pytest.mark.parametrize("exercise", sorted(CHECKS))
+def test_every_check_accepts_its_right_answer(exercise, right_evidence):
+    answer, evidence = right_evidence[exercise]
+    assert accepted(evaluate(exercise, answer, **evidence))
+
+
+@pytest.mark.parametrize("exercise", sorted(CHECKS))
+@pytest.mark.parametrize("answer", ["a sentence", None, 2.5, {"unexpected": 1}, []], ids=repr)
+def test_every_check_answers_a_malformed_answer_with_a_hint_not_an_exception(
+    exercise, answer, right_evidence
+):
+    _, evidence = right_evidence[exercise]
+    ok, hint = evaluate(exercise, answer, **evidence)
+    assert ok is False and hint
+
+
+@pytest.mark.parametrize("exercise", sorted(CHECKS))
+def test_every_check_rejects_evidence_that_is_not_a_run_with_a_hint(exercise, right_evidence):
+    answer, evidence = right_evidence[exercise]
+    if not evidence:  # 1.2: the answer is the evidence
+        evidence_free = evaluate(exercise, "the run")
+    else:
+        first = next(iter(evidence))
+        evidence_free = evaluate(exercise, answer, **dict(evidence, **{first: "the run"}))
+    ok, hint = evidence_free
+    assert ok is False and hint
+
+
+# --------------------------------------------------------------------------- lesson 1
+
+
+def test_1_1_rejects_local_ranks_numbered_across_nodes(two_nodes_ranks):
+    prediction = {"WORLD_SIZE": 6, "LOCAL_RANKS": set(range(6)), "MASTER_PORTS": 1}
+    assert rejected(evaluate("01.1", prediction, run=two_nodes_ranks), "starts again on each node")
+
+
+def test_1_1_rejects_the_example_of_the_starter_code(two_nodes_ranks):
+    prediction = {"WORLD_SIZE": 1, "LOCAL_RANKS": {0}, "MASTER_PORTS": 1}
+    assert rejected(evaluate("01.1", prediction, run=two_nodes_ranks), "counts every process")
+
+
+def test_1_1_rejects_a_meeting_point_per_node(two_nodes_ranks):
+    prediction = {"WORLD_SIZE": 6, "LOCAL_RANKS": {0, 1, 2}, "MASTER_PORTS": 2}
+    assert rejected(evaluate("01.1", prediction, run=two_nodes_ranks), "meeting points")
+
+
+def test_1_1_rejects_the_lessons_run_on_one_node(lesson_run):
+    prediction = {"WORLD_SIZE": 4, "LOCAL_RANKS": {0, 1, 2, 3}, "MASTER_PORTS": 1}
+    assert rejected(evaluate("01.1", prediction, run=lesson_run("ranks")), "nnodes was 1")
+
+
+def test_1_2_rejects_a_rank_that_raised_instead_of_exiting_with_3(exit_3_on_rank_1):
+    raised = RankFailed("", exit_3_on_rank_1.record, rank=1, exit_code=1, last_lines=[])
+    assert rejected(evaluate("01.2", raised), "uncaught exception")
+
+
+def test_1_2_rejects_another_rank_than_rank_1(exit_3_on_rank_1):
+    rank_0 = RankFailed("", exit_3_on_rank_1.record, rank=0, exit_code=3, last_lines=[])
+    assert rejected(evaluate("01.2", rank_0), "make rank 1 the one")
+
+
+def test_1_2_rejects_the_failure_of_the_lessons_fails_py(lesson_run):
+    failure = lesson_run("fails")
+    assert isinstance(failure, RankFailed)
+    assert rejected(evaluate("01.2", failure), "the lesson's fails.py")
+
+
+def test_1_2_rejects_a_run_that_did_not_fail():
+    assert rejected(evaluate("01.2", None), "no RankFailed was caught")
+
+
+# --------------------------------------------------------------------------- lesson 2
+
+
+def test_2_1_expects_the_steps_that_torch_profiler_schedule_records():
+    from torch.profiler import ProfilerAction, schedule
+
+    from helpers.exercises import SCHEDULE_2_1, STEPS_2_1, _recorded_windows
+
+    action = schedule(**SCHEDULE_2_1)
+    recorded = [s for s in range(STEPS_2_1) if action(s) != ProfilerAction.NONE]
+    recorded = [s for s in recorded if action(s) != ProfilerAction.WARMUP]
+    saved_after = [s for s in range(STEPS_2_1) if action(s) == ProfilerAction.RECORD_AND_SAVE]
+    windows = _recorded_windows(STEPS_2_1, **SCHEDULE_2_1)
+    assert [w[-1] for w in windows] == saved_after
+    assert sum(windows, []) == recorded
+
+
+def test_2_1_rejects_step_numbers_counted_from_1(two_cycle_files):
+    prediction = {"primer_step5.json": [4, 5], "primer_step10.json": [9, 10]}
+    assert rejected(evaluate("02.1", prediction, files=two_cycle_files), "steps count from 0")
+
+
+def test_2_1_rejects_files_named_after_the_last_recorded_step(two_cycle_files):
+    prediction = {"primer_step4.json": [3, 4], "primer_step9.json": [8, 9]}
+    assert rejected(evaluate("02.1", prediction, files=two_cycle_files), "prof.step_num")
+
+
+def test_2_1_rejects_the_example_of_the_starter_code(two_cycle_files):
+    prediction = {"primer_step7.json": [5, 6]}
+    assert rejected(evaluate("02.1", prediction, files=two_cycle_files), "prof.step_num")
+
+
+def test_2_1_rejects_files_written_with_another_schedule(tmp_path):
+    lesson_schedule = schedule_files(tmp_path, {"primer_step5.json": [2, 3, 4]})
+    prediction = {"primer_step5.json": [2, 3, 4]}
+    assert rejected(
+        evaluate("02.1", prediction, files=lesson_schedule),
+        "not what schedule(wait=2, warmup=1, active=2, repeat=2) records",
+    )
+
+
+def test_2_1_counts_a_file_listed_twice_once(two_cycle_files):
+    prediction = {"primer_step5.json": [3, 4], "primer_step10.json": [8, 9]}
+    assert accepted(evaluate("02.1", prediction, files=two_cycle_files + two_cycle_files[:1]))
+
+
+def test_2_2_rejects_the_shapes_with_the_most_total_time_instead_of_self_time():
+    assert rejected(evaluate("02.2", [[8, 512]], prof=CONV_PROFILE), "self time")
+
+
+def test_2_2_rejects_shapes_of_no_backward_convolution():
+    assert rejected(evaluate("02.2", [[8, 3, 32, 32]], prof=CONV_PROFILE), "not the input shapes")
+
+
+def test_2_2_rejects_the_example_of_the_starter_code():
+    example = [[8, 64, 8, 8], [8, 64, 8, 8], [64, 64, 3, 3], ...]
+    assert rejected(evaluate("02.2", example, prof=CONV_PROFILE), "not the input shapes")
+
+
+def test_2_2_rejects_a_profile_without_shapes():
+    no_shapes = conv_profile(([], 900, 1000))
+    assert rejected(evaluate("02.2", [], prof=no_shapes), "record_shapes=True")
+
+
+def test_2_2_rejects_a_profile_of_the_forward_pass_only():
+    forward = conv_profile(([[8, 3, 32, 32]], 900, 1000), key="aten::convolution")
+    assert rejected(evaluate("02.2", [[8, 3, 32, 32]], prof=forward), "backward pass included")
+
+
+# --------------------------------------------------------------------------- lesson 3
+
+
+def test_3_1_rejects_files_of_ranks_that_do_not_profile(two_cycle_run):
+    prediction = ["rank0_iter2_3.json", "rank1_iter2_3.json"]
+    assert rejected(
+        evaluate("03.1", prediction, run=two_cycle_run), "only the ranks named in --profile-ranks"
+    )
+
+
+def test_3_1_rejects_one_file_for_two_cycles(two_cycle_run):
+    assert rejected(evaluate("03.1", ["rank0_iter2_3.json"], run=two_cycle_run), "each cycle")
+
+
+def test_3_1_rejects_windows_counted_from_step_1(two_cycle_run):
+    prediction = ["rank0_iter3_4.json", "rank0_iter7_8.json"]
+    assert rejected(evaluate("03.1", prediction, run=two_cycle_run), "steps count from 0")
+
+
+def test_3_1_rejects_a_run_without_the_second_cycle(tmp_path):
+    one_cycle = fake_run(tmp_path, "train_ddp.py", args=ASKED_3_1[:-2] + ["--profile-ranks", "0"])
+    (one_cycle.run_dir / "rank0_iter2_3.json").write_text("{}")
+    assert rejected(evaluate("03.1", ["rank0_iter2_3.json"], run=one_cycle), "--repeat is missing")
+
+
+def test_3_1_rejects_the_lessons_run_of_other_ranks(lesson_run):
+    assert rejected(
+        evaluate("03.1", ["rank1_iter2_2.json"], run=lesson_run("ddp-some-ranks")),
+        "--profile-ranks was 1",
+    )
+
+
+def test_3_2_rejects_ranks_guessed_from_process_ids(pid_run):
+    guess = {"trace_100.json": 0, "trace_200.json": 1}
+    assert rejected(evaluate("03.2", guess, run=pid_run), "header.rank")
+
+
+def test_3_2_rejects_the_run_of_the_unchanged_script(lesson_run):
+    assert rejected(
+        evaluate("03.2", {"trace.json": 0}, run=lesson_run("ddp-shared-name")), "os.getpid()"
+    )
+
+
+def test_3_2_rejects_files_named_after_the_rank(tmp_path):
+    by_rank = pid_files(tmp_path, {"trace_0.json": (0, 100), "trace_1.json": (1, 200)})
+    answer = {"trace_0.json": 0, "trace_1.json": 1}
+    assert rejected(evaluate("03.2", answer, run=by_rank), "not named after the process")
+
+
+def test_3_2_rejects_a_run_without_the_shared_name(tmp_path):
+    unshared = pid_files(
+        tmp_path, {"trace_100.json": (0, 100), "trace_200.json": (1, 200)}, SHORT_SHARED[:-1]
+    )
+    answer = {"trace_100.json": 0, "trace_200.json": 1}
+    assert rejected(evaluate("03.2", answer, run=unshared), "--shared-trace-name is missing")
+
+
+# --------------------------------------------------------------------------- lesson 4
+
+
+def test_4_1_accepts_the_delay_of_the_slow_rank_as_the_wait_of_the_other(lesson_run):
+    assert accepted(evaluate("04.1", {"rank": 0, "ms": 150}, run=lesson_run("ddp-straggler")))
+
+
+def test_4_1_rejects_the_slow_rank_as_the_one_that_waits(lesson_run):
+    assert rejected(
+        evaluate("04.1", {"rank": 1, "ms": 150}, run=lesson_run("ddp-straggler")),
+        "the one that is early",
+    )
+
+
+def test_4_1_rejects_the_broadcasts_of_two_threads_counted_twice(lesson_run):
+    assert rejected(
+        evaluate("04.1", {"rank": 0, "ms": 300}, run=lesson_run("ddp-straggler")),
+        "off by more than 30 %",
+    )
+
+
+def test_4_1_rejects_the_normal_run(lesson_run):
+    assert rejected(
+        evaluate("04.1", {"rank": 0, "ms": 150}, run=lesson_run("ddp-normal")),
+        "not a straggler run",
+    )
+
+
+def test_4_1_asks_for_the_run_when_given_only_its_events(lesson_run):
+    from helpers.traces import load_run
+
+    events = load_run(lesson_run("ddp-straggler")).events
+    assert rejected(evaluate("04.1", {"rank": 0, "ms": 150}, events=events), "run=slow")
+
+
+def test_4_2_rejects_the_rank_that_waits_most_as_the_straggler(rank0_straggler):
+    run, baseline = rank0_straggler
+    answer = {"straggler": 1, "extra_wait_ms": 100}
+    assert rejected(evaluate("04.2", answer, run=run, baseline=baseline), "waits least")
+
+
+def test_4_2_rejects_the_wait_of_the_straggler_itself(rank0_straggler):
+    run, baseline = rank0_straggler
+    answer = {"straggler": 0, "extra_wait_ms": 0}
+    assert rejected(evaluate("04.2", answer, run=run, baseline=baseline), "extra waiting is off")
+
+
+def test_4_2_rejects_the_lessons_straggler_run(lesson_run, rank0_straggler):
+    answer = {"straggler": 1, "extra_wait_ms": 150}
+    slow = lesson_run("ddp-straggler")
+    assert rejected(
+        evaluate("04.2", answer, run=slow, baseline=rank0_straggler[1]), "--slow-rank was 1"
+    )
+
+
+def test_4_2_rejects_the_straggler_run_as_the_baseline(lesson_run, rank0_straggler):
+    answer = {"straggler": 0, "extra_wait_ms": 100}
+    slow = lesson_run("ddp-straggler")
+    assert rejected(
+        evaluate("04.2", answer, run=rank0_straggler[0], baseline=slow), "without a slow rank"
+    )
+
+
+def test_4_2_rejects_a_run_with_other_arguments_than_the_normal_run(lesson_run, rank0_straggler):
+    answer = {"straggler": 0, "extra_wait_ms": 100}
+    normal = lesson_run("ddp-normal")
+    assert rejected(
+        evaluate("04.2", answer, run=rank0_straggler[0], baseline=normal),
+        "the normal run's arguments",
+    )
+
+
+# --------------------------------------------------------------------------- lesson 5
+
+
+def test_5_1_rejects_a_call_shorter_than_the_server_takes(three_calls_run):
+    assert rejected(evaluate("05.1", 20, run=three_calls_run), "50 ms sleep alone")
+
+
+def test_5_1_rejects_the_sleep_alone(three_calls_run):
+    assert rejected(evaluate("05.1", 50, run=three_calls_run), "50 ms sleep alone")
+
+
+def test_5_1_rejects_three_calls_one_after_the_other(three_calls_run):
+    assert rejected(evaluate("05.1", 150, run=three_calls_run), "waiting for a free thread")
+
+
+def test_5_1_rejects_the_lessons_run_of_four_calls(lesson_run):
+    assert rejected(evaluate("05.1", 53, run=lesson_run("rpc-per-worker")), "--concurrent was 4")
+
+
+def test_5_1_rejects_a_server_with_one_thread(tmp_path):
+    one_thread = three_calls(tmp_path, ASKED_5_1 + ["--num-worker-threads", "1"])
+    assert rejected(evaluate("05.1", 53, run=one_thread), "--num-worker-threads was 1")
+
+
+def test_5_2_rejects_a_legacy_count_of_every_call_sent(six_calls):
+    legacy, per_worker = six_calls
+    counts = {"legacy": 6, "per_worker": 6}
+    assert rejected(
+        evaluate("05.2", counts, legacy_run=legacy, per_worker_run=per_worker),
+        "udf_calls_recorded",
+    )
+
+
+def test_5_2_rejects_a_per_worker_count_of_the_lessons_four_calls(six_calls):
+    legacy, per_worker = six_calls
+    counts = {"legacy": 1, "per_worker": 4}
+    assert rejected(
+        evaluate("05.2", counts, legacy_run=legacy, per_worker_run=per_worker), "server: udf call N"
+    )
+
+
+def test_5_2_rejects_the_two_runs_handed_in_swapped(six_calls):
+    legacy, per_worker = six_calls
+    counts = {"legacy": 1, "per_worker": 6}
+    assert rejected(
+        evaluate("05.2", counts, legacy_run=per_worker, per_worker_run=legacy),
+        "--part was per-worker",
+    )
+
+
+def test_5_2_rejects_the_lessons_runs_of_four_calls(lesson_run):
+    counts = {"legacy": 1, "per_worker": 4}
+    assert rejected(
+        evaluate(
+            "05.2",
+            counts,
+            legacy_run=lesson_run("rpc-legacy"),
+            per_worker_run=lesson_run("rpc-per-worker"),
+        ),
+        "--concurrent was 4",
+    )
+
+
+# --------------------------------------------------------------------------- lesson 6
+
+
+def test_6_1_rejects_one_call_time_for_eight_calls_on_four_threads(sweep):
+    assert rejected(evaluate("06.1", 50, run=sweep), "how many rounds")
+
+
+def test_6_1_rejects_eight_calls_one_after_the_other(sweep):
+    assert rejected(evaluate("06.1", 400, run=sweep), "how many rounds")
+
+
+def test_6_1_rejects_the_lessons_sweep_of_four_calls(lesson_run):
+    assert rejected(evaluate("06.1", 100, run=lesson_run("rpc-threads")), "--calls is missing")
+
+
+def test_6_2_rejects_the_largest_pool_as_the_one_that_is_enough(sweep):
+    assert rejected(evaluate("06.2", 16, run=sweep), "smaller pool")
+
+
+def test_6_2_rejects_a_pool_that_still_needs_two_rounds(sweep):
+    assert rejected(evaluate("06.2", 4, run=sweep), "more than 10 % above the best")
+
+
+def test_6_2_rejects_a_pool_size_the_sweep_did_not_try(sweep):
+    assert rejected(evaluate("06.2", 6, run=sweep), "one of the sweep's pool sizes")
+
+
+def test_6_2_rejects_the_lessons_sweep_of_four_calls(lesson_run):
+    assert rejected(evaluate("06.2", 4, run=lesson_run("rpc-threads")), "--calls is missing")
+
+
+# --------------------------------------------------------------------------- lesson 7
+
+
+def test_7_1_rejects_node_folders_guessed_without_run_nodes(two_nodes_ranks_0_2):
+    guess = {"node0": ["rank0_iter3_6.json"], "node1": ["rank2_iter3_6.json"]}
+    assert rejected(evaluate("07.1", guess, run=two_nodes_ranks_0_2), "run.nodes")
+
+
+def test_7_1_rejects_a_file_from_every_rank(two_nodes_ranks_0_2):
+    every_rank = {
+        "node0": ["rank2_iter3_6.json", "rank3_iter3_6.json"],
+        "node1": ["rank0_iter3_6.json", "rank1_iter3_6.json"],
+    }
+    assert rejected(evaluate("07.1", every_rank, run=two_nodes_ranks_0_2), "only ranks 0 and 2")
+
+
+def test_7_1_rejects_the_lessons_run_that_profiles_every_rank(lesson_run):
+    guess = {"node0": ["rank0_iter3_6.json"], "node1": ["rank2_iter3_6.json"]}
+    assert rejected(
+        evaluate("07.1", guess, run=lesson_run("two-nodes")), "--profile-ranks is missing"
+    )
+
+
+def test_7_2_accepts_the_offset_recovered_from_a_real_two_node_run(two_node_events):
+    from helpers.analysis import clock_offsets, shift_ranks
+
+    events, nodes = two_node_events
+    shifted = shift_ranks(events, nodes[1], -30_000)
+    estimate = clock_offsets(shifted, nodes)[1]
+    assert accepted(evaluate("07.2", estimate, events=shifted, nodes=nodes, injected_us=-30_000))
+
+
+def test_7_2_rejects_an_estimate_that_is_not_what_the_events_give(two_node_events):
+    from helpers.analysis import shift_ranks
+
+    events, nodes = two_node_events
+    shifted = shift_ranks(events, nodes[1], -30_000)
+    assert rejected(
+        evaluate("07.2", 50_000, events=shifted, nodes=nodes, injected_us=-30_000),
+        "clock_offsets",
+    )
+
+
+def test_7_2_rejects_a_node_moved_ahead_instead_of_behind(two_node_events):
+    from helpers.analysis import clock_offsets, shift_ranks
+
+    events, nodes = two_node_events
+    ahead = shift_ranks(events, nodes[1], 30_000)
+    estimate = clock_offsets(ahead, nodes)[1]
+    assert rejected(
+        evaluate("07.2", estimate, events=ahead, nodes=nodes, injected_us=30_000),
+        "moves node 1 ahead",
+    )
+
+
+def test_7_2_rejects_a_shift_given_in_milliseconds(two_node_events):
+    from helpers.analysis import clock_offsets, shift_ranks
+
+    events, nodes = two_node_events
+    barely = shift_ranks(events, nodes[1], -30)
+    estimate = clock_offsets(barely, nodes)[1]
+    assert rejected(
+        evaluate("07.2", estimate, events=barely, nodes=nodes, injected_us=-30), "microseconds"
+    )
+
+
+def test_7_2_rejects_events_that_were_never_shifted(two_node_events):
+    from helpers.analysis import clock_offsets
+
+    events, nodes = two_node_events
+    estimate = clock_offsets(events, nodes)[1]
+    assert rejected(
+        evaluate("07.2", estimate, events=events, nodes=nodes, injected_us=-30_000),
+        "you say you injected",
+    )
+
+
+# --------------------------------------------------------------------------- lesson 8
+
+
+def test_8_1_rejects_the_step_number_given_as_the_sequence_number(broadcast_at_step_3):
+    assert rejected(evaluate("08.1", 3, error=broadcast_at_step_3), "two collectives")
+
+
+def test_8_1_rejects_the_broadcast_of_step_3(broadcast_at_step_3):
+    assert rejected(evaluate("08.1", 6, error=broadcast_at_step_3), "step 3's all_reduce")
+
+
+def test_8_1_rejects_the_lessons_run_that_goes_wrong_at_step_4(lesson_run):
+    failure = lesson_run("hang")
+    assert isinstance(failure, RankFailed)
+    assert rejected(evaluate("08.1", 7, error=failure), "--bug-step was 4")
+
+
+def test_8_1_rejects_a_run_that_finished():
+    assert rejected(evaluate("08.1", 5, error=None), "no error was caught")
+
+
+def test_8_2_rejects_the_rank_that_did_call_the_collective(skipped_at_step_4):
+    answer = {"seq": 7, "rank": 0}
+    assert rejected(evaluate("08.2", answer, error=skipped_at_step_4), "which rank has nothing")
+
+
+def test_8_2_rejects_the_step_number_given_as_the_sequence_number(skipped_at_step_4):
+    answer = {"seq": 4, "rank": 1}
+    assert rejected(evaluate("08.2", answer, error=skipped_at_step_4), "first sequence number")
+
+
+def test_8_2_rejects_the_lessons_run_of_another_bug(lesson_run):
+    answer = {"seq": 7, "rank": 1}
+    assert rejected(evaluate("08.2", answer, error=lesson_run("hang")), "--bug was different")
