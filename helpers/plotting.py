@@ -104,8 +104,17 @@ def _row_index(ev: pd.DataFrame, rows: dict, lanes: bool) -> np.ndarray:
     return keys.get_indexer(codes)
 
 
-def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span: float) -> None:
-    """One PolyCollection per kind, in drawing order (back to front)."""
+def _draw(
+    ax,
+    ev: pd.DataFrame,
+    rows: dict,
+    lanes: bool,
+    shown: list[str],
+    span: float,
+    min_width_ms: float | None = None,
+) -> None:
+    """One PolyCollection per kind, in drawing order (back to front); bars narrower than
+    ``min_width_ms`` are widened to it (to the right), so that short events stay visible."""
     row = _row_index(ev, rows, lanes)
     row_y = np.array(list(rows.values()))
     x0 = ev["rel_us"].to_numpy() / 1e3
@@ -119,6 +128,8 @@ def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span:
         s0, s1, r = _merged_bars(
             x0[mine], x1[mine], row[mine], -1e-9 if k == "step" else span * MERGE_FRACTION
         )
+        if min_width_ms:
+            s1 = np.maximum(s1, s0 + min_width_ms)
         base = row_y[r]
         if k == "step":  # a thin band at the top of the row, a tick where each step begins
             b0, b1 = base - 0.16, base - 0.03
@@ -153,6 +164,22 @@ def _draw(ax, ev: pd.DataFrame, rows: dict, lanes: bool, shown: list[str], span:
             )
 
 
+def _time_axis(ax, ev: pd.DataFrame, window, min_width_ms: float | None) -> None:
+    """The x axis: the window, or else the events' extent (a widened last bar included), and
+    a label that says when short bars are drawn wider than they are."""
+    if window is not None:
+        ax.set_xlim(*window)
+    elif len(ev):
+        ends = (ev["rel_us"] + ev["dur_us"]) / 1e3
+        if min_width_ms:  # a widened bar at the end stays inside the axis
+            ends = np.maximum(ends, ev["rel_us"] / 1e3 + min_width_ms)
+        ax.set_xlim(float(ev["rel_us"].min()) / 1e3, float(ends.max()))
+    label = "time since the run's first event (ms)"
+    if min_width_ms:
+        label += f"; bars shorter than {min_width_ms:g} ms are drawn {min_width_ms:g} ms wide"
+    ax.set_xlabel(label)
+
+
 def plot_rank_timeline(
     events: pd.DataFrame,
     *,
@@ -164,6 +191,7 @@ def plot_rank_timeline(
     ax: plt.Axes | None = None,
     title: str | None = None,
     row_label: str = "rank",
+    min_width_ms: float | None = None,
 ) -> Figure:
     """Draw the events of every rank on one time axis and return the figure.
 
@@ -178,6 +206,8 @@ def plot_rank_timeline(
         part of a row, behind the work they enclose.
     nodes: ``{node: [ranks]}`` (``RunRecord.nodes``): rows grouped and labelled by node.
     row_label: what a row is called on the y axis (``rank``, ``worker``, ``process``).
+    min_width_ms: draw every bar at least this wide (ms), so that events far shorter than a
+        pixel stay visible; the x axis's label says so. Default: true widths.
     """
     if step is not None:
         window = step_window(events, step)
@@ -196,7 +226,7 @@ def plot_rank_timeline(
             if window is not None
             else float((ev["rel_us"] + ev["dur_us"]).max() - ev["rel_us"].min()) / 1e3
         )
-        _draw(ax, ev, rows, lanes, shown, span)
+        _draw(ax, ev, rows, lanes, shown, span, min_width_ms)
     if node_breaks:
         ax.add_collection(
             LineCollection(
@@ -214,13 +244,7 @@ def plot_rank_timeline(
     )
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.set_ylim(height, -0.3)
-    if window is not None:
-        ax.set_xlim(*window)
-    elif len(ev):
-        ax.set_xlim(
-            float(ev["rel_us"].min()) / 1e3, float((ev["rel_us"] + ev["dur_us"]).max()) / 1e3
-        )
-    ax.set_xlabel("time since the run's first event (ms)")
+    _time_axis(ax, ev, window, min_width_ms)
     ax.grid(axis="x", alpha=0.3)
     if title:
         ax.set_title(title)

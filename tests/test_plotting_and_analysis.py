@@ -331,3 +331,48 @@ def test_steps_are_drawn_with_a_tick_where_each_one_begins(two_ranks):
     assert starts == sorted(
         round(x, 3) for x in two_ranks.loc[two_ranks["kind"] == "step", "rel_us"] / 1e3
     )
+
+
+def test_a_minimum_width_makes_short_events_visible_and_the_axis_says_so(tmp_path):
+    from helpers.analysis import by_rpc_node
+
+    events = by_rpc_node(load_trace(legacy_rpc_trace(tmp_path / "legacy.json")).events)
+    true_width = plot_rank_timeline(events, row_label="node", lanes=True)
+    ((x0, x1, _, _),) = _bars_at(true_width, KIND_COLORS["compute"])
+    assert x1 - x0 == pytest.approx(0.04)  # the remote aten::mul: 40 µs
+    assert true_width.axes[0].get_xlabel() == "time since the run's first event (ms)"
+
+    widened = plot_rank_timeline(events, row_label="node", lanes=True, min_width_ms=0.2)
+    ((w0, w1, _, _),) = _bars_at(widened, KIND_COLORS["compute"])
+    assert (w0, w1) == pytest.approx((x0, x0 + 0.2))  # starts where it starts, 0.2 ms wide
+    ((c0, c1, _, _),) = _bars_at(widened, KIND_COLORS["communication"])
+    assert (c0, c1) == pytest.approx((0.0, 1.0))  # bars wider than the minimum keep their width
+    assert "shorter than 0.2 ms are drawn 0.2 ms wide" in widened.axes[0].get_xlabel()
+
+
+def test_a_widened_bar_at_the_end_stays_inside_the_axis(tmp_path, write):
+    doc = {
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 0,
+                "dur": 900,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::add",
+                "pid": 1,
+                "tid": 1,
+                "ts": 990,
+                "dur": 10,
+            },
+        ],
+    }
+    fig = plot_rank_timeline(load_trace(write(tmp_path / "r.json", doc)).events, min_width_ms=0.1)
+    assert fig.axes[0].get_xlim()[1] == pytest.approx(1.09)
