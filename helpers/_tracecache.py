@@ -3,17 +3,25 @@
 One file per load in ``<folder>/.cache/events-<key>.npz``: the DataFrame's columns as plain
 numpy arrays (codes of categorical columns, values and masks of nullable ones) and a JSON
 description (categories, headers, skipped files). The key covers every trace file's path,
-size and modification time, the load's options, and the cache format, so a changed,
-added or removed file means a new key and a fresh load. Files are written under a
-temporary name and renamed, so two notebooks loading the same run at once never read a
-half-written cache; a damaged or unreadable cache is ignored. Nothing here unpickles.
+size and modification time, the load's options, :data:`LOADER_VERSION` and a fingerprint of
+the loader's own source, so a changed, added or removed file, or a new version of the loader
+(new columns, new kinds), means a new key and a fresh load.
+
+Files are written under a temporary name and renamed, so two notebooks loading the same run
+at once never read a half-written cache; temporary files left by a writer that died are
+removed once they are :data:`STALE_AFTER_S` old. A damaged or unreadable cache file is
+removed with a :class:`~helpers.traces.TraceWarning` and the run is loaded from its traces
+again. Nothing here unpickles, and a cache file is read only within its own size.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import time
+import warnings
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
@@ -21,16 +29,34 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._tracefile import TraceHeader
-from .runs import CACHE_DIR
+from ._tracefile import TraceHeader, TraceWarning
+from .runs import CACHE_DIR, show_path
 
-FORMAT = 1  # change when the columns or their meaning change
+#: Bump when the loader's columns, their meaning or the kinds change: every cached load made
+#: by an older loader is then ignored. (A change to the loader's source does it as well, see
+#: :func:`_loader_fingerprint`; the number says it on purpose.)
+LOADER_VERSION = 3
 KEEP = 4  # cache files kept per folder (the most recent)
+STALE_AFTER_S = 600  # a temporary file this old was left by a writer that died
+_SOURCES = ("_tracefile.py", "traces.py", "kinds.py", "_tracecache.py")  # what makes a frame
+
+
+@functools.lru_cache(maxsize=1)
+def _loader_fingerprint() -> str:
+    """A hash of the source of the modules that build the frame ("" where it cannot be
+    read): a release that changes them never reads a frame an older one cached."""
+    digest = hashlib.sha1()
+    try:
+        for name in _SOURCES:
+            digest.update((Path(__file__).with_name(name)).read_bytes())
+    except OSError:
+        return ""
+    return digest.hexdigest()[:16]
 
 
 def cache_file(folder: Path, items, options: dict) -> Path | None:
     """The cache file of a load of ``items`` (with these options) from ``folder``: its name
-    changes when a file changes. None when a file cannot be looked at."""
+    changes when a file or the loader changes. None when a file cannot be looked at."""
     stats = []
     try:
         for path, rank in items:
@@ -38,25 +64,62 @@ def cache_file(folder: Path, items, options: dict) -> Path | None:
             stats.append([str(path.resolve()), rank, st.st_size, st.st_mtime_ns])
     except OSError:
         return None
-    key = hashlib.sha1(json.dumps([FORMAT, stats, options], sort_keys=True).encode()).hexdigest()
-    return folder / CACHE_DIR / f"events-{key[:16]}.npz"
+    key = json.dumps([LOADER_VERSION, _loader_fingerprint(), stats, options], sort_keys=True)
+    return folder / CACHE_DIR / f"events-{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
 
 
 def read(path: Path):
-    """``(events, headers, skipped)`` from the cache file, or None when it is not there."""
+    """``(events, headers, skipped)`` from the cache file, or None when it is not there or
+    cannot be used (then it is removed, with a TraceWarning saying so)."""
     try:
         if not path.is_file():
             return None
+    except OSError:
+        return None
+    try:
+        _check_archive(path)
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(data["meta"].tobytes())
             columns = {name: _column(data, name, spec) for name, spec in meta["columns"].items()}
         events = pd.DataFrame(columns, copy=False)
         headers = [TraceHeader(**dict(h, path=Path(h["path"]))) for h in meta["headers"]]
         skipped = [(Path(p), why) for p, why in meta["skipped"]]
-        os.utime(path)  # recently used: kept when older caches are pruned
-        return events, headers, skipped
-    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
+    except Exception as err:  # any damage at all: the traces are still there to load
+        _discard(path, err)
         return None
+    try:
+        os.utime(path)  # recently used: kept when older caches are pruned
+    except OSError:
+        pass
+    _sweep(path.parent)
+    return events, headers, skipped
+
+
+def _check_archive(path: Path) -> None:
+    """Raise ValueError unless the file is an uncompressed archive whose members fit in it,
+    as ``np.savez`` writes them: no member can then expand beyond the file's own size."""
+    size = path.stat().st_size
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+    if any(m.compress_type != zipfile.ZIP_STORED for m in members):
+        raise ValueError("a compressed member (this loader writes none)")
+    if sum(m.file_size for m in members) > size:
+        raise ValueError("members larger than the file")
+
+
+def _discard(path: Path, err: Exception) -> None:
+    warnings.warn(
+        TraceWarning(
+            f"{show_path(path)}: the cached load could not be read "
+            f"({type(err).__name__}: {str(err)[:120]}); it is removed and the run is loaded "
+            f"from its trace files"
+        ),
+        stacklevel=4,
+    )
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _column(data, name: str, spec: dict):
@@ -70,6 +133,7 @@ def _column(data, name: str, spec: dict):
 
 def write(path: Path, events: pd.DataFrame, headers, skipped) -> None:
     """Keep a load in the cache file (silently nothing when it cannot be written)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         arrays, columns = {}, {}
         for name in events.columns:
@@ -95,16 +159,34 @@ def write(path: Path, events: pd.DataFrame, headers, skipped) -> None:
         }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, path)
         _prune(path.parent)
-    except OSError:
-        return
+    except Exception:  # a cache that cannot be written is no cache, not a failed load
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _prune(cache_dir: Path) -> None:
     caches = sorted(cache_dir.glob("events-*.npz"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in caches[KEEP:]:
         old.unlink(missing_ok=True)
+    _sweep(cache_dir)
+
+
+def _sweep(cache_dir: Path) -> None:
+    """Remove the temporary files that writers which died left behind (any older than
+    :data:`STALE_AFTER_S`; a writer alive now finishes in seconds)."""
+    now = time.time()
+    try:
+        for tmp in cache_dir.glob("events-*.tmp"):
+            try:
+                if now - tmp.stat().st_mtime > STALE_AFTER_S:
+                    tmp.unlink()
+            except OSError:
+                pass  # gone already, or not ours to remove
+    except OSError:
+        pass

@@ -20,16 +20,19 @@ is a fraction of the first time. ``ranks=`` and ``steps=`` load only part of a r
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import math
 import os
 import shutil
 import sys
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import msgspec
 import numpy as np
@@ -38,15 +41,17 @@ import pandas as pd
 from . import _tracecache
 from ._tracefile import (
     GPU_CATEGORIES,
-    RANK_IN_NAME,
     FileColumns,
     TraceError,
     TraceHeader,
     TraceWarning,
     code_dtype,
     decode_error,
+    is_bare_array,
+    rank_in_name,
     read_bytes,
-    read_columns,
+    read_file,
+    too_deep,
 )
 from .kinds import KIND_NAMES, event_kind
 from .runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path, usable_cores
@@ -115,6 +120,23 @@ def _take(attribute: str):
         value = getattr(part, attribute)
         setattr(part, attribute, None)
         return value
+
+    return take
+
+
+#: The text columns of every file, kept as categorical columns of the frame.
+TEXT_COLUMNS = (
+    "name", "cat", "pid", "tid", "collective", "shapes", "stream", "process_group", "call_from",
+)  # fmt: skip
+#: The numeric columns that describe a collective (from ``record_param_comms`` / kernel args).
+COMM_NUMBERS = ("msg_bytes", "group_size", "seq")
+
+
+def _take_number(column: str):
+    """A ``take`` for :func:`_fill`: one of the part's numbers, which the part no longer holds."""
+
+    def take(part: FileColumns) -> np.ndarray:
+        return part.numbers.pop(column)
 
     return take
 
@@ -205,10 +227,9 @@ def _frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
     dur = _fill(parts, _take("dur"), n, np.float64, order)
     rank = _fill(parts, _take("ranks"), n, np.int32, order)
     step = _fill(parts, _take("step"), n, np.int32, order)
-    text = {
-        c: _codes(parts, c, n, order)
-        for c in ("name", "cat", "pid", "tid", "collective", "shapes", "stream")
-    }
+    launch = _fill(parts, _take("launch"), n, np.float64, order)
+    numbers = {c: _fill(parts, _take_number(c), n, np.int64, order) for c in COMM_NUMBERS}
+    text = {c: _codes(parts, c, n, order) for c in TEXT_COLUMNS}
     del order
     kind = _kinds(text["name"], text["cat"])
     name = _categorical(*text["name"])
@@ -232,6 +253,10 @@ def _frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
             "stream": pd.arrays.IntegerArray(stream, stream < 0),
             "step": pd.arrays.IntegerArray(step, step < 0),
             "rel_us": start - (start[0] if n else 0.0),
+            "launch_us": launch,
+            "process_group": _categorical(*text["process_group"]),
+            "call_from": _categorical(*text["call_from"]),
+            **{c: pd.arrays.IntegerArray(v, v < 0) for c, v in numbers.items()},
         },
         copy=False,
     )
@@ -266,9 +291,12 @@ class _Progress:
             print(f" in {time.monotonic() - self.t0:.1f} s", file=sys.stderr, flush=True)
 
 
-def _read_or_error(path: Path, rank: int | None, strict: bool, steps, single: bool):
+def _read_or_error(
+    path: Path, rank: int | None, strict: bool, steps, single: bool
+) -> FileColumns | TraceError:
+    """The file's columns, or the TraceError that says why not (every failure is one)."""
     try:
-        return read_columns(path, rank, strict, steps, single)
+        return read_file(path, rank, strict, steps, single)
     except TraceError as err:
         return err
 
@@ -313,9 +341,24 @@ def _read_files(
             futures = [pool.submit(_read_or_error, *job) for job in jobs]
             for future in futures:
                 future.add_done_callback(lambda _: bar.step())
-            return [future.result() for future in futures]
+            return [_result(future, path) for future, (path, _) in zip(futures, items)]
     finally:
         bar.close()
+
+
+def _result(future, path: Path) -> FileColumns | TraceError:
+    """A worker's result, or a TraceError naming the file when the worker itself failed
+    (a worker killed for its memory breaks the pool: every file it had not read says so)."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return TraceError(
+            path,
+            "the worker process reading it stopped (killed for using too much memory?); "
+            "load with workers=1, or fewer ranks at once (ranks=)",
+        )
+    except Exception as err:  # its result could not be sent back, for one
+        return TraceError(path, f"could not be read in a worker ({type(err).__name__}: {err})")
 
 
 # ------------------------------------------------------------------ public API
@@ -345,10 +388,17 @@ def load_trace(
 
     The DataFrame has one row per complete event, sorted by start: ``rank, name, cat, kind,
     pid, tid, lane, start_us, dur_us, end_us, collective, shapes, stream, step, rel_us``
-    (µs since the trace's first event). A file written by :func:`merge_traces` loads with
-    each event's own rank.
+    (µs since the trace's first event), ``launch_us`` and, for collectives where the trace
+    records them, ``process_group, msg_bytes, group_size, seq``; ``call_from`` is where a
+    Python function was called from (``file:line``; traces made with ``with_stack=True``). ``step`` is the
+    ``ProfilerStep#N`` an event starts in, except for GPU events: they carry the step whose
+    CPU code launched them (a kernel often runs after its step's CPU work has ended), and
+    ``launch_us`` is when that launch happened (``start_us - launch_us`` is the time the
+    kernel waited in its stream's queue). A GPU event whose launch is not in the trace gets
+    step -1 (``header.gpu_events_without_launch`` counts them). A file written by
+    :func:`merge_traces` loads with each event's own rank.
     """
-    part = read_columns(Path(path), rank, strict, steps, single=True)
+    part = read_file(Path(path), rank, strict, steps, single=True)
     _warn_notes([part.header])
     return Trace(part.header, _frame([part]), part.skipped)
 
@@ -398,9 +448,7 @@ def _wanted(items, wanted: set[int] | None):
     return [
         (p, r)
         for p, r in items
-        if r in wanted
-        or r is None
-        and ((m := RANK_IN_NAME.search(p.name)) is None or int(m.group(1)) in wanted)
+        if r in wanted or r is None and ((n := rank_in_name(p.name)) is None or n in wanted)
     ]
 
 
@@ -420,7 +468,7 @@ def load_run(
 
     source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``.
     strict: raise :class:`TraceError` on the first bad file (default), or skip bad files
-        and list them in ``.skipped``.
+        and list them in ``.skipped`` (whatever is wrong with a file, it is a TraceError).
     ranks: only these ranks (files named ``rank<N>...`` of other ranks are not even read).
     steps: ``(first, last)``: only events inside ``ProfilerStep#first`` .. ``#last``.
     same_run: check that the files come from one run (world size, backend, run id, times).
@@ -430,6 +478,10 @@ def load_run(
     progress: a progress line on stderr (default: only when the load takes over 2 s).
 
     ``events`` gets ``rel_us``: µs since the earliest event of the whole run.
+
+    Input is bounded: a file over 2 GiB decompressed, or a gzip file that expands more
+    than 200x, is refused with a TraceError before it takes the memory (set the
+    environment variables ``PDP_MAX_TRACE_MB`` / ``PDP_MAX_GZIP_RATIO`` to allow more).
     """
     wanted = None if ranks is None else set(ranks)  # read once: ranks may be an iterator
     items, folder = _items(source)
@@ -548,21 +600,71 @@ def _check_same_run(headers: Sequence[TraceHeader]) -> None:
 # ------------------------------------------------------------- merging, gathering
 
 
-def _read_json(path: Path) -> dict:
-    """Parse a trace file into plain Python objects, every field kept (for merging)."""
+class _RawEvents(msgspec.Struct):
+    """A trace's events, each kept as its raw JSON (views into the file's bytes)."""
+
+    traceEvents: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+_RAW_DOC = msgspec.json.Decoder(_RawEvents)
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])  # the bare-array form
+
+
+def _raw_events(path: Path) -> list[msgspec.Raw]:
+    """The events of a trace file, each as its raw JSON, to be decoded one at a time while
+    merging: the file's bytes plus a small object per event, instead of a dict per event."""
     data = read_bytes(path)
     try:
-        try:
-            doc = msgspec.json.decode(data)
-        except UnicodeDecodeError:
-            doc = msgspec.json.decode(data.decode("utf-8", errors="replace").encode())
+        if is_bare_array(data):
+            return _RAW_LIST.decode(data)
+        return _RAW_DOC.decode(data).traceEvents
     except msgspec.DecodeError as err:
         raise decode_error(path, err) from None
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(path, "has no 'traceEvents' list: not a Chrome/Kineto trace")
-    return doc
+    except RecursionError:
+        raise too_deep(path) from None
+
+
+def _event(path: Path, raw: msgspec.Raw) -> object:
+    """One event decoded from its raw JSON (bytes that are not UTF-8 replaced)."""
+    try:
+        try:
+            return msgspec.json.decode(raw)
+        except UnicodeDecodeError:
+            return msgspec.json.decode(bytes(raw).decode("utf-8", errors="replace"))
+    except msgspec.DecodeError as err:
+        raise decode_error(path, err) from None
+
+
+def _merged_events(header: TraceHeader, t0_us: float, lane_ids: dict) -> Iterator[dict]:
+    """The events of one rank's file as the merged trace has them: pid the rank, tid its
+    lane, ts on the run's axis; names (``M`` events) and events without a time left out."""
+    path = header.path
+    base_us = (header.base_time_ns or 0) / 1000.0
+    try:
+        for raw in _raw_events(path):
+            e = _event(path, raw)
+            if not isinstance(e, dict) or "ts" not in e or e.get("ph") == "M":
+                continue  # process and thread names are written anew
+            key = (header.rank, str(e.get("pid", "")), str(e.get("tid", "")))
+            try:
+                ts = float(e["ts"]) + base_us - t0_us
+            except (TypeError, ValueError, OverflowError):
+                continue
+            if not math.isfinite(ts):
+                continue
+            e["pid"], e["tid"] = header.rank, lane_ids.setdefault(key, len(lane_ids) + 1)
+            e["ts"] = ts
+            yield e
+    except TraceError:
+        raise
+    except RecursionError:
+        raise too_deep(path) from None
+    except Exception as err:  # the file changed since it was loaded, for one
+        raise TraceError(
+            path,
+            f"could not be merged ({type(err).__name__}: {str(err)[:200]}); load the run "
+            f"again, or leave this file out",
+        ) from err
 
 
 def merge_traces(
@@ -573,6 +675,9 @@ def merge_traces(
     on the run's shared axis. Opens in https://ui.perfetto.dev and chrome://tracing.
 
     gzip_output: compress (default: when ``out`` ends in ``.gz``). Returns the path.
+
+    The output is written as it is made, a few thousand events at a time, so merging needs
+    about one file's bytes beyond the loaded run, not the whole merged trace in memory.
     """
     if not isinstance(run, RunTraces):
         run = load_run(run)
@@ -582,37 +687,51 @@ def merge_traces(
     t0_us = float(run.events["start_us"].min())
     known = run.events.groupby(["rank", "pid", "tid"], observed=True)["lane"].first()
     lane_labels = {(int(r), str(p), str(t)): str(v) for (r, p, t), v in known.items()}
-    merged: list[dict] = []
-    lane_ids: dict[tuple[int, str, str], int] = {}
-    for header in run.headers:
-        doc = _read_json(header.path)
-        base_us = (header.base_time_ns or 0) / 1000.0
-        for e in doc["traceEvents"]:
-            if not isinstance(e, dict) or "ts" not in e or e.get("ph") == "M":
-                continue  # process and thread names are written anew below
-            key = (header.rank, str(e.get("pid", "")), str(e.get("tid", "")))
-            e = dict(e, pid=header.rank, tid=lane_ids.setdefault(key, len(lane_ids) + 1))
-            try:
-                e["ts"] = float(e["ts"]) + base_us - t0_us
-            except (TypeError, ValueError):
-                continue
-            merged.append(e)
-    merged += _merged_names(run.ranks, lane_ids, lane_labels)
     first = run.headers[0]
-    doc = {
+    head = {
         MERGED_KEY: run.ranks,
         "world_size": first.world_size,
         "backend": first.backend,
         "baseTimeNanoseconds": int(round(t0_us * 1000)),
         "displayTimeUnit": "ms",
-        "traceEvents": merged,
     }
-    data = msgspec.json.encode(doc)
-    tmp = out.with_name(out.name + ".tmp")
+    lane_ids: dict[tuple[int, str, str], int] = {}
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_bytes(gzip.compress(data, compresslevel=5) if gzip_output else data)
-    os.replace(tmp, out)
+    try:
+        with (
+            open(tmp, "wb") as file,
+            (
+                gzip.GzipFile(fileobj=file, mode="wb", compresslevel=5)
+                if gzip_output
+                else contextlib.nullcontext(file)
+            ) as f,
+        ):
+            f.write(msgspec.json.encode(head)[:-1] + b',"traceEvents":[')
+            separator = b""
+            for header in run.headers:
+                for batch in _batches(_merged_events(header, t0_us, lane_ids)):
+                    f.write(separator + msgspec.json.encode(batch)[1:-1])
+                    separator = b","
+            names = _merged_names(run.ranks, lane_ids, lane_labels)
+            f.write((separator + msgspec.json.encode(names)[1:-1] if names else b"") + b"]}")
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no half-written file left behind
+        raise
     return out
+
+
+def _batches(events: Iterable[dict], size: int = 2_000) -> Iterator[list[dict]]:
+    """``events`` in lists of ``size`` (the last may be shorter; none is empty)."""
+    batch: list[dict] = []
+    for e in events:
+        batch.append(e)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _merged_names(ranks: list[int], lane_ids: dict, lane_labels: dict) -> list[dict]:
@@ -657,19 +776,39 @@ def _merged_names(ranks: list[int], lane_ids: dict, lane_labels: dict) -> list[d
 def gather_traces(node_dirs: Sequence[str | Path], dest: str | Path) -> list[Path]:
     """Copy the trace files of several nodes' folders into one folder, as you would bring
     them together from node-local disks; returns the copies. Two nodes with a file of the
-    same name raise :class:`TraceError` rather than overwrite one with the other."""
+    same name raise :class:`TraceError` rather than overwrite one with the other.
+
+    Only files inside the node folders are gathered: a symbolic link that leads out of its
+    node's folder raises a :class:`TraceError` naming it (nothing is copied then), and a
+    link already in ``dest`` where a copy would go is never written through."""
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
     copies: dict[str, Path] = {}
     for node_dir in node_dirs:
+        root = Path(node_dir).resolve()
         for path in trace_files(node_dir):
+            real = path.resolve()
+            if not real.is_relative_to(root):
+                raise TraceError(
+                    path,
+                    f"is a symbolic link to {show_path(real)}, outside the node's folder "
+                    f"{show_path(root)}; gather_traces copies only files inside the folders "
+                    f"it is given: replace the link by the trace itself, or remove it",
+                )
             if path.name in copies:
                 raise TraceError(
                     path,
                     f"has the same name as {show_path(copies[path.name])}; "
                     f"name trace files after their rank",
                 )
-            copies[path.name] = path
+            copies[path.name] = real
+    for name in copies:
+        if (dest / name).is_symlink():
+            raise TraceError(
+                dest / name,
+                "is a symbolic link, and gather_traces does not write through links: "
+                "remove it, or gather into a new folder",
+            )
+    dest.mkdir(parents=True, exist_ok=True)
     out = []
     for name, path in sorted(copies.items()):
         target = dest / name
