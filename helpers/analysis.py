@@ -3,10 +3,15 @@
 All take the ``events`` DataFrame of ``load_run(...)`` and return small DataFrames
 in milliseconds. Time "per kind" is wall time: where events of one kind overlap
 (nested ops, collectives on several threads at once) the overlap counts once.
+
+The same questions get the same answers on both backends: the collective analyses read
+what the trace holds (NCCL's kernels on a GPU trace, gloo's CPU spans on a CPU trace), and
+every GPU event belongs to the step whose CPU code launched it.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterable
 
 import numpy as np
@@ -20,10 +25,16 @@ __all__ = [
     "step_times",
     "time_per_kind",
     "top_ops",
+    "time_by_source_line",
     "COLLECTIVE_NAMES",
     "NCCL_KERNELS",
+    "collective_source",
     "collective_waits",
     "waiting_per_step",
+    "communication_overlap",
+    "collective_bandwidth",
+    "bus_factor",
+    "gpu_idle_time",
     "find_straggler",
     "max_parallel_lanes",
     "clock_offsets",
@@ -118,51 +129,176 @@ def top_ops(events: pd.DataFrame, n: int = 10, kind: str | None = "compute") -> 
     )
 
 
+def time_by_source_line(events: pd.DataFrame, script: str, kind: str = "compute") -> pd.DataFrame:
+    """Wall time of ``kind`` events (CPU ops by default) per line of ``script`` they came from.
+
+    Needs a trace recorded with ``with_stack=True``: the profiler then records every Python
+    function that ran, as an event enclosing the ops it caused, with ``call_from``, the
+    ``file:line`` that called it. An op is charged to the line of ``script`` that made the
+    innermost such call around it on its thread: every op of a forward pass to the line
+    ``ddp_model(images)``, every op of the backward pass to ``loss.backward()``.
+
+    Returns one row per rank and line, the heaviest first: ``rank, line`` (``script:N``),
+    ``ops`` (events charged to it) and ``ms`` (their wall time, nested ops counted once).
+    """
+    python = events[(events["cat"] == "python_function").to_numpy()]
+    if python.empty:
+        raise ValueError(
+            "no python_function events: record the trace with with_stack=True to see which "
+            "lines of your code the ops came from"
+        )
+    prefix = script.rsplit("/", 1)[-1] + ":"
+    calls = python[
+        python["call_from"].astype(str).str.rsplit("/", n=1).str[-1].str.startswith(prefix)
+    ]
+    ops = events[(events["kind"] == kind).to_numpy()]
+    charged = []
+    for (rank, lane), frames in calls.groupby(["rank", "lane"], observed=True):
+        mine = ops[((ops["rank"] == rank) & (ops["lane"] == lane)).to_numpy()]
+        starts, ends = mine["start_us"].to_numpy(), mine["end_us"].to_numpy()
+        line = np.full(len(mine), None, dtype=object)
+        frames = frames.sort_values("dur_us", ascending=False)  # outer calls first, inner win
+        for start, end, site in zip(frames["start_us"], frames["end_us"], frames["call_from"]):
+            line[(starts >= start) & (ends <= end)] = str(site).rsplit("/", 1)[-1]
+        charged.append(mine.assign(line=line).dropna(subset=["line"]))
+    if not charged:
+        return pd.DataFrame(columns=["rank", "line", "ops", "ms"])
+    charged = pd.concat(charged)
+    table = (
+        charged.groupby(["rank", "line"])
+        .agg(ops=("name", "size"))
+        .join(_wall_ms(charged, ["rank", "line"]).rename("ms"))
+    )
+    return (
+        table.reset_index()
+        .sort_values(["rank", "ms"], ascending=[True, False])
+        .reset_index(drop=True)
+    )
+
+
 #: Names of the collectives as the backends record them on the CPU (``gloo:all_reduce``,
-#: ``nccl:all_reduce``). With NCCL the transfer runs in GPU kernels: pass
-#: ``names=NCCL_KERNELS`` to analyse those instead.
+#: ``nccl:all_reduce``). With gloo (and MPI) these spans are the collective itself; with
+#: NCCL they only queue the work on the GPU, in a few µs.
 COLLECTIVE_NAMES = r"^(?:gloo|nccl|mpi):"
+#: Names of NCCL's GPU kernels, where an NCCL collective waits for its peers and moves data.
 NCCL_KERNELS = r"^nccl(?:Dev)?Kernel"
 
+_MATCHED_BY = {
+    "seq": "sequence number",
+    "identity": "collective, process group and message size, in order",
+    "order": "name and order on each rank",
+}
 
-def _numbered_collectives(events: pd.DataFrame, names: str) -> pd.DataFrame:
-    """The collectives whose name matches ``names``, each numbered (``index``) in the order
-    it started on its rank, so that the i-th one can be matched across ranks."""
-    ev = events[events["name"].astype(str).str.contains(names, regex=True)]
-    ev = ev.sort_values(["rank", "start_us"]).copy()
-    ev["name"] = ev["name"].astype(str)
-    ev["index"] = ev.groupby(["rank", "name"]).cumcount()
+
+def _name_matches(events: pd.DataFrame, pattern: str) -> np.ndarray:
+    """Which events' names match ``pattern`` (each distinct name is tested once)."""
+    names = events["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        hits = names.cat.categories.str.contains(pattern, regex=True)
+        codes = names.cat.codes.to_numpy()
+        return np.append(np.asarray(hits, dtype=bool), False)[codes]
+    return names.astype(str).str.contains(pattern, regex=True).to_numpy()
+
+
+def collective_source(events: pd.DataFrame) -> tuple[str, str]:
+    """Which events hold a run's collectives, read from the trace itself: ``(pattern, what)``.
+
+    NCCL kernels on the GPU when the trace has them (there an NCCL collective waits and
+    moves data); otherwise the CPU spans ``gloo:*`` / ``nccl:*`` / ``mpi:*`` (gloo's are the
+    collective itself). A trace with ``nccl:*`` spans but no kernels was profiled without
+    CUDA activity: its spans measure only the queueing, and a warning says so."""
+    if _name_matches(events, NCCL_KERNELS).any():
+        return NCCL_KERNELS, "NCCL kernels on the GPU"
+    if _name_matches(events, r"^nccl:").any():
+        warnings.warn(
+            "this trace has nccl:* spans but no NCCL kernels: the CPU spans only queue the "
+            "work, so waiting and transfer cannot be read from them. Profile with "
+            "ProfilerActivity.CUDA to record the kernels",
+            stacklevel=3,
+        )
+    return COLLECTIVE_NAMES, "CPU spans (gloo:, nccl:, mpi:)"
+
+
+def _collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
+    """The collectives (``names``, or :func:`collective_source`'s choice), each with a ``key``
+    and an ``index`` that are equal for the same collective on every rank, and ``matched_by``.
+
+    A collective is matched by what the trace records about it: its sequence number where
+    present; else its collective name, process group and message size (the i-th such on
+    each rank); else its event name (the i-th such on each rank)."""
+    pattern = collective_source(events)[0] if names is None else names
+    ev = events[_name_matches(events, pattern)].sort_values(["rank", "start_us"], kind="stable")
+    ev = ev.assign(name=ev["name"].astype(str))
+    if "seq" in ev.columns:
+        label = ev["collective"].astype(str).where(ev["collective"].notna(), ev["name"])
+        group = ev["process_group"].astype(str).where(ev["process_group"].notna(), "")
+        by_seq = ev["seq"].notna().to_numpy()
+        by_identity = ~by_seq & (ev["collective"].notna() & ev["msg_bytes"].notna()).to_numpy()
+        key = np.where(
+            by_seq,
+            "seq|" + label + "|" + group + "|" + ev["seq"].astype(str),
+            np.where(
+                by_identity,
+                "id|" + label + "|" + group + "|" + ev["msg_bytes"].astype(str),
+                "order|" + ev["name"],
+            ),
+        )
+        how = np.where(by_seq, "seq", np.where(by_identity, "identity", "order"))
+    else:  # a frame from before these columns existed
+        key, how = ("order|" + ev["name"]).to_numpy(), np.full(len(ev), "order")
+    ev["key"] = key
+    ev["matched_by"] = pd.Categorical([_MATCHED_BY[h] for h in how])
+    ev["index"] = ev.groupby(["rank", "key"]).cumcount()
     return ev
 
 
-def collective_waits(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.DataFrame:
+def _on_every_rank(ev: pd.DataFrame) -> pd.DataFrame:
+    """The collectives seen on every rank they belong to: all loaded ranks, or, where the
+    trace gives the group's size, that many ranks (a collective of a smaller group)."""
+    ranks = ev["rank"].nunique()
+    seen = ev.groupby(["key", "index"])["rank"].transform("nunique")
+    if "group_size" in ev.columns:
+        expected = ev["group_size"].astype("Float64").clip(upper=ranks).fillna(ranks).to_numpy()
+    else:
+        expected = ranks
+    return ev[seen.to_numpy() >= expected]
+
+
+def collective_waits(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
     """Split each collective into waiting and moving data, per rank.
 
-    The i-th collective of a given name is matched across ranks. All ranks leave it at
-    about the same moment, so the shortest duration among them approximates the
-    transfer itself; the rest of each rank's duration is time spent waiting for the
-    others. This needs no agreement between the ranks' clocks.
+    names: a regular expression on event names; by default what the trace holds (NCCL
+    kernels on a GPU trace, gloo's CPU spans on a CPU trace: :func:`collective_source`).
 
-    Returns one row per collective and rank: ``name, index, rank, step, start_us,
-    dur_us, transfer_us, wait_us``; collectives missing on some rank are left out.
+    The same collective is found on every rank (by sequence number, or collective, process
+    group and size, or name and order: column ``matched_by``). All ranks leave it at about
+    the same moment, so the shortest duration among them approximates the transfer itself;
+    the rest of each rank's duration is time spent waiting for the others. This needs no
+    agreement between the ranks' clocks. With one rank loaded, the transfer is its duration.
+
+    Returns one row per collective and rank: ``name, index, rank, step, start_us, dur_us,
+    transfer_us, wait_us, matched_by`` (and ``key``: what identifies the collective);
+    collectives missing on some rank are left out. ``step`` is the step that launched a
+    GPU kernel.
     """
-    ev = _numbered_collectives(events, names)
-    ranks = ev["rank"].nunique()
-    group = ev.groupby(["name", "index"])
-    ev = ev[group["rank"].transform("nunique") == ranks]
-    ev["transfer_us"] = ev.groupby(["name", "index"])["dur_us"].transform("min")
+    columns = ["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]
+    return _waits(events, names)[columns + ["matched_by", "key"]].reset_index(drop=True)
+
+
+def _waits(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
+    """The matched collectives with every column of ``events``, ``transfer_us`` and ``wait_us``."""
+    ev = _on_every_rank(_collectives(events, names))
+    ev = ev.assign(transfer_us=ev.groupby(["key", "index"])["dur_us"].transform("min"))
     ev["wait_us"] = ev["dur_us"] - ev["transfer_us"]
-    return ev[
-        ["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]
-    ].reset_index(drop=True)
+    return ev
 
 
-def waiting_per_step(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.DataFrame:
+def waiting_per_step(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
     """Time each rank spent waiting in collectives, per step, in ms (rows: step, columns: rank).
 
     Waiting is the first ``wait_us`` of each collective (see :func:`collective_waits`).
-    Collectives run on several threads at once, so the waiting intervals of one rank
-    and step are joined and counted once: wall time, not a sum of durations.
+    Collectives run on several threads (or streams) at once, so the waiting intervals of
+    one rank and step are joined and counted once: wall time, not a sum of durations.
     """
     waits = collective_waits(events, names).dropna(subset=["step"])
     waits["wait_end_us"] = waits["start_us"] + waits["wait_us"]
@@ -170,7 +306,7 @@ def waiting_per_step(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> pd.
     return table.rename_axis(index="step", columns="rank")
 
 
-def find_straggler(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> int:
+def find_straggler(events: pd.DataFrame, names: str | None = None) -> int:
     """The rank the others wait for: the one that waits least in collectives (median per step).
 
     It always names a rank, even in a run without a straggler (two ranks never wait exactly as
@@ -180,9 +316,131 @@ def find_straggler(events: pd.DataFrame, names: str = COLLECTIVE_NAMES) -> int:
     if waits.empty:
         raise ValueError(
             "no collectives inside profiler steps: a straggler can only be found in "
-            "traces with ProfilerStep#N and gloo:/nccl: collectives"
+            "traces with ProfilerStep#N and collectives (gloo:/nccl: spans or NCCL kernels)"
         )
     return int(waits.median().idxmin())
+
+
+# ------------------------------------------------------------- what the GPU did
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, block_starts, block_ends) -> float:
+    """µs of the intervals ``starts..ends`` covered by the disjoint, sorted blocks."""
+    if not len(block_starts) or not len(starts):
+        return 0.0
+    cumulative = np.concatenate([[0.0], np.cumsum(block_ends - block_starts)])
+
+    def covered_until(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(block_starts, t, side="right")  # blocks starting at or before t
+        last = np.maximum(i - 1, 0)
+        partial = np.clip(np.minimum(t, block_ends[last]) - block_starts[last], 0, None)
+        return np.where(i > 0, cumulative[last] + partial, 0.0)
+
+    return float((covered_until(ends) - covered_until(starts)).sum())
+
+
+def _compute_events(events: pd.DataFrame, gpu: bool) -> pd.DataFrame:
+    """Computation: GPU kernels other than NCCL's on a GPU trace, CPU ops on a CPU trace."""
+    kind = "gpu kernel" if gpu else "compute"
+    return events[(events["kind"] == kind).to_numpy() & ~_name_matches(events, NCCL_KERNELS)]
+
+
+def communication_overlap(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """How much of each rank's communication ran while computation ran too, per step.
+
+    Communication: the collectives (:func:`collective_source`: NCCL kernels on a GPU trace);
+    computation: the other GPU kernels on a GPU trace (any stream), CPU ops on a CPU trace.
+    Both are wall time (overlaps within each counted once) of the events of that step (for
+    kernels, the step that launched them). ``overlap`` is ``overlapped_ms / comm_ms``: 1.0 when
+    every moment of communication was hidden behind computation (HTA's comm/comp overlap).
+
+    Returns one row per rank and step: ``rank, step, comm_ms, overlapped_ms, overlap``.
+    """
+    pattern = collective_source(events)[0] if names is None else names
+    comm = events[_name_matches(events, pattern)].dropna(subset=["step"])
+    compute = _compute_events(events, gpu=pattern == NCCL_KERNELS).dropna(subset=["step"])
+    rows = []
+    for (rank, step), group in comm.groupby(["rank", "step"], observed=True):
+        c_starts, c_ends = merge_intervals(group["start_us"], group["end_us"])
+        work = compute[(compute["rank"] == rank) & (compute["step"] == step)]
+        w_starts, w_ends = merge_intervals(work["start_us"], work["end_us"])
+        comm_us = float((c_ends - c_starts).sum())
+        overlapped_us = _covered(c_starts, c_ends, w_starts, w_ends)
+        rows.append((rank, step, comm_us / 1e3, overlapped_us / 1e3))
+    table = pd.DataFrame(rows, columns=["rank", "step", "comm_ms", "overlapped_ms"])
+    table["overlap"] = table["overlapped_ms"] / table["comm_ms"]
+    return table.astype({"rank": int, "step": int})
+
+
+def bus_factor(collective: str, group_size: float) -> float:
+    """nccl-tests' factor from algorithm to bus bandwidth for a collective of ``group_size``
+    ranks: 2(n-1)/n for all-reduce; (n-1)/n for all-gather, reduce-scatter, all-to-all,
+    gather and scatter; 1 for broadcast, reduce, send and receive; NaN when unknown."""
+    name = collective.lower().replace("_", "")
+    n = group_size
+    if not n or n != n or "barrier" in name:
+        return float("nan")
+    if "allreduce" in name:
+        return 2 * (n - 1) / n
+    if any(k in name for k in ("allgather", "reducescatter", "alltoall", "gather", "scatter")):
+        return (n - 1) / n
+    if any(k in name for k in ("broadcast", "reduce", "send", "recv")):
+        return 1.0
+    return float("nan")
+
+
+def collective_bandwidth(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """Achieved bandwidth of each collective whose message size the trace records, per rank.
+
+    As nccl-tests defines it: algorithm bandwidth ``algbw = size / time`` and bus bandwidth
+    ``busbw = algbw * factor`` (:func:`bus_factor`: 2(n-1)/n for an all-reduce of n ranks), in
+    GB/s (10^9 bytes). ``size`` is ``msg_bytes`` (the whole buffer); ``time`` is the
+    collective's transfer time from :func:`collective_waits` (its shortest duration across
+    the loaded ranks, so waiting for a late rank does not count; with one rank loaded it is
+    that rank's duration, waiting included, and the bandwidth a lower bound).
+
+    Returns ``name, collective, rank, step, msg_bytes, group_size, time_us, algbw_gbps,
+    busbw_gbps``; empty when no collective records its size.
+    """
+    waits = _waits(events, names)
+    sized = waits[waits["msg_bytes"].notna() & (waits["transfer_us"] > 0)]
+    sized = sized[sized["msg_bytes"] > 0].rename(columns={"transfer_us": "time_us"})
+    out = sized[["name", "collective", "rank", "step", "msg_bytes", "group_size", "time_us"]]
+    out = out.assign(collective=out["collective"].astype(str))
+    algbw = out["msg_bytes"].astype(float).to_numpy() / out["time_us"].to_numpy() / 1e3
+    factor = [
+        bus_factor(c, float(n)) if pd.notna(n) else float("nan")
+        for c, n in zip(out["collective"], out["group_size"])
+    ]
+    return out.assign(algbw_gbps=algbw, busbw_gbps=algbw * np.asarray(factor, float)).reset_index(
+        drop=True
+    )
+
+
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def gpu_idle_time(events: pd.DataFrame) -> pd.DataFrame:
+    """How long each GPU stream sat idle in each step, per rank.
+
+    A step's GPU window on a rank runs from the first to the last moment any of its streams
+    worked on that step's kernels, memcpys and memsets (those its CPU code launched). A
+    stream is idle in the window when none of its work of that step runs.
+
+    Returns one row per rank, step and stream: ``rank, step, stream, window_ms, busy_ms,
+    idle_ms, idle_fraction``; empty for a trace without GPU events.
+    """
+    work = events[events["cat"].astype(str).isin(GPU_WORK).to_numpy()].dropna(subset=["step"])
+    rows = []
+    for (rank, step), group in work.groupby(["rank", "step"], observed=True):
+        window_us = float(group["end_us"].max() - group["start_us"].min())
+        for stream, lane in group.groupby("stream", observed=True):
+            busy_us = busy_ms(lane["start_us"], lane["end_us"]) * 1e3
+            rows.append((rank, step, stream, window_us / 1e3, busy_us / 1e3))
+    table = pd.DataFrame(rows, columns=["rank", "step", "stream", "window_ms", "busy_ms"])
+    table["idle_ms"] = table["window_ms"] - table["busy_ms"]
+    table["idle_fraction"] = table["idle_ms"] / table["window_ms"]
+    return table.astype({"rank": int, "step": int, "stream": int})
 
 
 def max_parallel_lanes(events: pd.DataFrame) -> int:
@@ -204,20 +462,23 @@ def max_parallel_lanes(events: pd.DataFrame) -> int:
 
 
 def clock_offsets(
-    events: pd.DataFrame, nodes: dict[int, list[int]], names: str = COLLECTIVE_NAMES
+    events: pd.DataFrame, nodes: dict[int, list[int]], names: str | None = None
 ) -> dict[int, float]:
     """How far each node's clock is ahead of the first node's, in µs, from the traces alone.
 
     nodes: the ranks of each node, e.g. ``RunRecord.nodes``; the first node is the reference.
 
-    The *i*-th collective of a name is the same operation on every rank, and it is over
+    names: which events are the collectives; by default what the trace holds
+    (:func:`collective_source`).
+
+    A collective (matched across ranks as in :func:`collective_waits`) is over
     when its last rank leaves it. On each node the latest end of that collective marks
     that moment (earlier ends are ranks that had their result sooner), so the difference
     between two nodes' latest ends is the difference of their clocks, up to the time a
     message takes between them. The estimate is the median over all collectives.
     """
-    ends = _numbered_collectives(events, names).pivot_table(
-        index=["name", "index"], columns="rank", values="end_us"
+    ends = _collectives(events, names).pivot_table(
+        index=["key", "index"], columns="rank", values="end_us"
     )
     for node, ranks in nodes.items():
         if not set(ranks) <= set(ends.columns):
@@ -232,13 +493,15 @@ def clock_offsets(
 
 def shift_ranks(events: pd.DataFrame, ranks: Iterable[int], offset_us: float) -> pd.DataFrame:
     """A copy of ``events`` with the given ranks' times moved by ``offset_us`` (as if their
-    host's clock were that far ahead); ``rel_us`` is recomputed for the whole run. Shift by
-    minus an estimate of :func:`clock_offsets` to correct a node's clock."""
+    host's clock were that far ahead). ``rel_us`` moves with them and keeps its origin, so
+    the shifted frame and the original share one time axis (a shifted event may then have a
+    negative ``rel_us``). Shift by minus an estimate of :func:`clock_offsets` to correct a
+    node's clock."""
     out = events.copy()
     mine = out["rank"].isin(list(ranks))
-    for column in ("start_us", "end_us"):
-        out.loc[mine, column] = out.loc[mine, column] + offset_us
-    out["rel_us"] = out["start_us"] - out["start_us"].min()
+    for column in ("start_us", "end_us", "rel_us", "launch_us"):
+        if column in out.columns:
+            out.loc[mine, column] = out.loc[mine, column] + offset_us
     return out
 
 

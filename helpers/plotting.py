@@ -227,6 +227,19 @@ def plot_rank_timeline(
             else float((ev["rel_us"] + ev["dur_us"]).max() - ev["rel_us"].min()) / 1e3
         )
         _draw(ax, ev, rows, lanes, shown, span, min_width_ms)
+    _frame_rows(ax, ev, node_breaks)
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_ylim(height, -0.3)
+    _time_axis(ax, ev, window, min_width_ms)
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def _frame_rows(ax: plt.Axes, ev: pd.DataFrame, node_breaks: list[float]) -> None:
+    """Lines between nodes, and a legend of the kinds drawn."""
     if node_breaks:
         ax.add_collection(
             LineCollection(
@@ -242,14 +255,19 @@ def plot_rank_timeline(
         fontsize=8,
         frameon=False,
     )
-    ax.set_yticks(ticks, labels, fontsize=8)
-    ax.set_ylim(height, -0.3)
-    _time_axis(ax, ev, window, min_width_ms)
-    ax.grid(axis="x", alpha=0.3)
-    if title:
-        ax.set_title(title)
-    ax.figure.tight_layout()
-    return ax.figure
+
+
+def _sequence_cell(ax: plt.Axes, x: int, y: int, row) -> None:
+    """One rank's collective at one sequence number (``row``), or "(nothing)" for None."""
+    box = (x + 0.05, y + 0.1)
+    if row is not None:
+        colour = KIND_COLORS["communication"]
+        ax.add_patch(plt.Rectangle(box, 0.9, 0.8, facecolor=colour, alpha=0.35, edgecolor="none"))
+        label, colour = f"{row['collective']} {row['input_sizes']}", "black"
+    else:
+        ax.add_patch(plt.Rectangle(box, 0.9, 0.8, fill=False, linestyle="--", edgecolor="#777777"))
+        label, colour = "(nothing)", "#777777"
+    ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=8, color=colour)
 
 
 def plot_collective_sequences(
@@ -267,49 +285,10 @@ def plot_collective_sequences(
     seqs = list(range(max(1, end - last + 1), end + 1))
     cells = records.set_index(["seq", "rank"])
     fig, ax = plt.subplots(figsize=(2.2 + 2.6 * len(ranks), 0.9 + 0.42 * len(seqs)))
-    colour = KIND_COLORS["communication"]
     for y, seq in enumerate(seqs):
         for x, rank in enumerate(ranks):
-            if (seq, rank) in cells.index:
-                row = cells.loc[(seq, rank)]
-                ax.add_patch(
-                    plt.Rectangle(
-                        (x + 0.05, y + 0.1),
-                        0.9,
-                        0.8,
-                        facecolor=colour,
-                        alpha=0.35,
-                        edgecolor="none",
-                    )
-                )
-                ax.text(
-                    x + 0.5,
-                    y + 0.5,
-                    f"{row['collective']} {row['input_sizes']}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                )
-            else:
-                ax.add_patch(
-                    plt.Rectangle(
-                        (x + 0.05, y + 0.1),
-                        0.9,
-                        0.8,
-                        fill=False,
-                        linestyle="--",
-                        edgecolor="#777777",
-                    )
-                )
-                ax.text(
-                    x + 0.5,
-                    y + 0.5,
-                    "(nothing)",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="#777777",
-                )
+            row = cells.loc[(seq, rank)] if (seq, rank) in cells.index else None
+            _sequence_cell(ax, x, y, row)
         if mismatch is not None and seq == mismatch.seq:
             ax.add_patch(
                 plt.Rectangle(
@@ -317,12 +296,9 @@ def plot_collective_sequences(
                 )
             )
             ax.text(
-                len(ranks) + 0.05,
-                y + 0.5,
-                f"first mismatch:\n{mismatch.kind}",
-                va="center",
+                len(ranks) + 0.05, y + 0.5, f"first mismatch:\n{mismatch.kind}", va="center",
                 fontsize=8,
-            )
+            )  # fmt: skip
     ax.set_xlim(0, len(ranks) + (0.9 if mismatch is not None else 0))
     ax.set_ylim(len(seqs), 0)
     ax.set_xticks([x + 0.5 for x in range(len(ranks))], [f"rank {r}" for r in ranks])

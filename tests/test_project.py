@@ -105,7 +105,7 @@ def test_the_lessons_import_only_what_helpers_exports():
         )
         assert not re.search(r"^from helpers\.\w+ import", code, re.M), notebook.name
         for block in re.findall(
-            r"^from helpers import \(?([^)\n]*(?:\n\s+[^)\n]*)*)\)?", code, re.M
+            r"^from helpers import \(?([^)\n]*(?:\n[ \t]+[^)\n]*)*)\)?", code, re.M
         ):
             for name in (n.strip() for n in block.replace("\n", " ").split(",") if n.strip()):
                 assert name in helpers.__all__, f"{notebook.name} imports {name}"
