@@ -21,11 +21,19 @@ The contract between the launcher and a script: every rank receives
 ``RUN_ID``        the run's id (it also marks every process of the run).
 
 plus torchrun's own ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``.
+
+Where a run listens: on one interface, the loopback one unless ``interface=`` names another.
+Each torchrun agent is torchrun itself with its two TCPStore servers bound to that interface's
+address (:data:`_AGENT_PROGRAM`: torch 2.14 binds them to every interface, and torchrun has no
+option for it); ``--local-addr`` makes that address the ranks' ``MASTER_ADDR``; gloo, TensorPipe
+and NCCL are told the interface by ``GLOO_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` and
+``NCCL_SOCKET_IFNAME``. The manifest records the torchrun command, as you would type it.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import ipaddress
 import os
 import queue
 import re
@@ -54,6 +62,7 @@ from .runs import (
     RunTimedOut,
     _shorten_paths,
     new_run_dir,
+    show_path,
 )
 
 __all__ = [
@@ -61,6 +70,11 @@ __all__ = [
     "Device",
     "choose_device",
     "free_port",
+    "loopback_interface",
+    "interface_address",
+    "INTERFACE_VARIABLES",
+    "Listener",
+    "ListenerWatch",
     "processes_of_run",
     "LaunchError",
     "RankFailed",
@@ -70,6 +84,10 @@ __all__ = [
 ]
 
 LAST_LINES = 20  # lines of a failing rank's output quoted in the error
+TAIL_LINES = 2000  # lines of each rank's output (and of each agent's) kept in memory
+MAX_LINE = 10_000  # characters of a line kept in memory; the log files on disk keep all
+_READ_BYTES = 1 << 20  # read from a log file per poll, at most
+_FINAL_BYTES = 4 << 20  # read from a log file at the end of a run, at most: its tail
 
 
 # ----------------------------------------------------------------------------- device
@@ -131,6 +149,140 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# ------------------------------------------------------------------ where a run listens
+
+
+def loopback_interface() -> str:
+    """The name of this machine's loopback interface, the one holding 127.0.0.1 (``lo`` on
+    Linux, ``lo0`` on macOS)."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addresses):
+            return name
+    return "lo0" if sys.platform == "darwin" else "lo"
+
+
+def interface_address(interface: str) -> str:
+    """The IPv4 address of the network interface ``interface`` on this machine."""
+    import psutil
+
+    interfaces = psutil.net_if_addrs()
+    ipv4 = [a.address for a in interfaces.get(interface, []) if a.family == socket.AF_INET]
+    if not ipv4:
+        have = ", ".join(
+            f"{name} ({a.address})"
+            for name, addrs in sorted(interfaces.items())
+            for a in addrs
+            if a.family == socket.AF_INET
+        )
+        raise ValueError(
+            f"interface={interface!r}: no such network interface with an IPv4 address here; "
+            f"this machine has {have or 'none'}. Name the interface that joins the nodes"
+        )
+    return ipv4[0]
+
+
+# torchrun's agent as launch() runs it: torchrun itself, except that the two TCPStore servers it
+# starts (the rendezvous store, and the store where the ranks meet: MASTER_ADDR:MASTER_PORT)
+# listen on one address, the first argument, instead of every interface. torch 2.14 binds a
+# TCPStore server to all interfaces whatever its host name; handed a socket already listening
+# (master_listen_fd), it serves on that socket.
+_AGENT_PROGRAM = """\
+import runpy, socket, sys
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, dynamic_rendezvous
+
+address = sys.argv.pop(1)
+
+class BoundTCPStore(dist.TCPStore):
+    def __init__(self, host_name, port, world_size=None, is_master=False, **kwargs):
+        if is_master and kwargs.get("master_listen_fd") is None:
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                listener.bind((address, port))
+                listener.listen(socket.SOMAXCONN)
+            except OSError as err:
+                listener.close()
+                raise dist.DistNetworkError(f"cannot listen on {address}:{port}: {err}")
+            port = listener.getsockname()[1]
+            kwargs["master_listen_fd"] = listener.detach()
+        super().__init__(host_name, port, world_size, is_master, **kwargs)
+
+def create_tcp_store_server(self, master_addr, master_port):
+    return BoundTCPStore(master_addr, master_port, is_master=True, multi_tenant=True)
+
+assert c10d_rendezvous_backend.TCPStore is dist.TCPStore
+c10d_rendezvous_backend.TCPStore = BoundTCPStore
+handler = dynamic_rendezvous.DynamicRendezvousHandler
+assert handler._create_tcp_store_server
+handler._create_tcp_store_server = create_tcp_store_server
+runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+"""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A TCP socket a process of a run listened on: ``process`` is ``torchrun agent`` or
+    ``rank``."""
+
+    process: str
+    pid: int
+    address: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        return ipaddress.ip_address(self.address.split("%")[0]).is_loopback
+
+
+class ListenerWatch:
+    """The sockets that processes of runs under ``traces_root`` listen on, sampled every
+    ``every`` seconds in a thread while the ``with`` block runs: ``seen``, a set of
+    :class:`Listener`. For the doctor and the tests: what a run exposes, measured."""
+
+    def __init__(self, traces_root: str | Path, every: float = 0.1):
+        self.traces_root = Path(traces_root).resolve()
+        self.every = every
+        self.seen: set[Listener] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
+
+    def __enter__(self) -> "ListenerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample_until_stopped(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.every):
+            for proc in psutil.process_iter():
+                try:
+                    env, command = proc.environ(), proc.cmdline()
+                    run_dir = Path(env.get("RUN_DIR", "/")).resolve()
+                    if RUN_MARKER not in env or not run_dir.is_relative_to(self.traces_root):
+                        continue
+                    agent = _AGENT_PROGRAM in command or "torch.distributed.run" in command
+                    kind = "torchrun agent" if agent else "rank"
+                    for c in proc.net_connections(kind="inet"):
+                        if c.status == psutil.CONN_LISTEN:
+                            self.seen.add(Listener(kind, proc.pid, c.laddr.ip, c.laddr.port))
+                except (psutil.Error, OSError, ValueError):
+                    continue
+
+
+def _with_bound_stores(command: list[str], address: str) -> list[str]:
+    """The torchrun ``command`` run as :data:`_AGENT_PROGRAM`, its stores listening on
+    ``address`` only."""
+    at = command.index("torch.distributed.run") - 1  # "-m"
+    return [*command[:at], "-c", _AGENT_PROGRAM, address, *command[at + 2 :]]
+
+
 # ------------------------------------------------------------ one torchrun agent (a node)
 
 
@@ -142,6 +294,10 @@ class _RankLogs:
     ourselves (rather than torchrun's echo to the console) keeps each line whole and
     labelled with its rank. ``poll()`` returns the complete new lines as
     ``(rank, line)``; ``poll(final=True)`` also returns an unfinished last line.
+
+    Memory stays bounded whatever a rank prints: a poll reads at most ``_READ_BYTES`` of a
+    file, the final one its last ``_FINAL_BYTES`` (saying how much it skipped), and a line
+    longer than ``MAX_LINE`` characters is cut. The files keep everything.
     """
 
     def __init__(self, log_dir: Path, first_rank: int | None = 0):
@@ -149,6 +305,7 @@ class _RankLogs:
         self.first_rank = first_rank  # None until known (multi-node: from torchrun's log)
         self._offsets: dict[Path, int] = {}
         self._partial: dict[Path, bytes] = {}
+        self._cutting: set[Path] = set()  # files in the middle of a line too long to keep
 
     def poll(self, final: bool = False) -> list[tuple[int, str]]:
         out: list[tuple[int, str]] = []
@@ -157,23 +314,47 @@ class _RankLogs:
         # stdout before stderr, so an error message follows the output that led to it
         paths = self.log_dir.glob("*/attempt_*/*/std*.log")
         for path in sorted(paths, key=lambda p: (p.parent, p.name != "stdout.log")):
+            rank = self.first_rank + int(path.parent.name)
             offset = self._offsets.get(path, 0)
             try:
                 with path.open("rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    if final and size - offset > _FINAL_BYTES:
+                        skipped, offset = size - _FINAL_BYTES - offset, size - _FINAL_BYTES
+                        self._partial.pop(path, None)
+                        self._cutting.add(path)  # the tail starts inside a line
+                        out.append((rank, f"[{skipped:,} bytes not shown: see {show_path(path)}]"))
                     f.seek(offset)
-                    data = f.read()
+                    data = f.read(_FINAL_BYTES if final else _READ_BYTES)
             except OSError:
                 continue
             self._offsets[path] = offset + len(data)
-            data = self._partial.pop(path, b"") + data
-            *complete, rest = data.split(b"\n")
-            if rest and final:
-                complete.append(rest)
-            elif rest:
-                self._partial[path] = rest
-            rank = self.first_rank + int(path.parent.name)
-            out.extend((rank, line.decode(errors="replace")) for line in complete)
+            out.extend((rank, line) for line in self._lines(path, data, final))
         return out
+
+    def _lines(self, path: Path, data: bytes, final: bool) -> list[str]:
+        """The complete lines of ``path`` that ``data`` ends, each cut to ``MAX_LINE``."""
+        *complete, rest = (self._partial.pop(path, b"") + data).split(b"\n")
+        if path in self._cutting:  # drop the rest of a line already cut
+            if complete:
+                complete.pop(0)
+                self._cutting.discard(path)
+            else:
+                rest = b""
+        if len(rest) > MAX_LINE:  # a line too long to wait for: cut it now
+            complete.append(rest)
+            rest = b""
+            self._cutting.add(path)
+        if rest and final:
+            complete.append(rest)
+        elif rest:
+            self._partial[path] = rest
+        return [_cut(line.decode(errors="replace")) for line in complete]
+
+
+def _cut(line: str) -> str:
+    """``line``, cut to ``MAX_LINE`` characters."""
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE] + " [line cut]"
 
 
 _GLOBAL_RANKS = re.compile(r"global_ranks=\[(\d+)")
@@ -186,7 +367,7 @@ class _Agent:
         self, node: int, command: list[str], env: dict[str, str], node_dir: Path, nnodes: int
     ):
         self.node = node
-        self.lines: list[str] = []
+        self.lines: deque[str] = deque(maxlen=TAIL_LINES)  # torchrun's own output, its tail
         self.logs = _RankLogs(node_dir / LOGS_DIR, first_rank=0 if nnodes == 1 else None)
         self.queue: queue.Queue[str | None] = queue.Queue()
         self.finished = False
@@ -224,7 +405,7 @@ class _Agent:
                 self.process.wait()
                 self.finished = True
                 return
-            self.lines.append(line)
+            self.lines.append(_cut(line))
             m = _GLOBAL_RANKS.search(line)
             if m and self.logs.first_rank is None:
                 self.logs.first_rank = int(m.group(1))
@@ -241,20 +422,19 @@ def _agent_commands(
     run_id: str,
     node_dirs: Sequence[Path],
     rdzv_timeout: float,
+    addresses: Sequence[str],
     netns: Sequence[tuple[str, str]],
 ) -> list[list[str]]:
-    """The torchrun command of each node. With ``netns`` each node's agent runs in its
-    network namespace, and node 0's address hosts the rendezvous."""
-    host = netns[0][1] if netns else "127.0.0.1"
-    endpoint = f"{host}:{free_port()}"
+    """The torchrun command of each node, which is known to the others by its address in
+    ``addresses``; node 0 hosts the rendezvous. With ``netns`` each node's agent runs in its
+    network namespace."""
+    endpoint = f"{addresses[0]}:{free_port(addresses[0]) if not netns else free_port()}"
     commands = []
     for node, node_dir in enumerate(node_dirs):
-        prefix, rdzv_conf, local_addr = [], f"join_timeout={rdzv_timeout:g}", []
+        prefix, rdzv_conf = [], f"join_timeout={rdzv_timeout:g}"
         if netns:
-            namespace, address = netns[node]
-            prefix = ["ip", "netns", "exec", namespace]
-            rdzv_conf += f",is_host={int(node == 0)}"
-            local_addr = [f"--local-addr={address}"]
+            prefix = ["ip", "netns", "exec", netns[node][0]]
+        rdzv_conf += f",is_host={int(node == 0)}"  # not left to torchrun's guess by host name
         commands.append(
             [
                 *prefix,
@@ -267,7 +447,7 @@ def _agent_commands(
                 f"--rdzv-endpoint={endpoint}",
                 f"--rdzv-id={run_id}",
                 f"--rdzv-conf={rdzv_conf}",
-                *local_addr,
+                f"--local-addr={addresses[node]}",
                 "--redirects=3",
                 f"--log-dir={node_dir / LOGS_DIR}",
                 str(script),
@@ -277,8 +457,17 @@ def _agent_commands(
     return commands
 
 
-def _rank_environment(device: Device, run_id: str, extra: dict[str, str] | None) -> dict[str, str]:
-    """The environment every agent and rank starts with (``RUN_DIR`` is added per node)."""
+# The variables that choose the network interface where each library listens and connects:
+# gloo's pairs, TensorPipe (RPC), NCCL's bootstrap. Without them each binds the address that
+# the host name resolves to, the LAN address on many laptops.
+INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def _rank_environment(
+    device: Device, run_id: str, interface: str, extra: dict[str, str] | None
+) -> dict[str, str]:
+    """The environment every agent and rank starts with (``RUN_DIR`` is added per node):
+    ours over the caller's environment, ``extra`` over ours."""
     env = dict(os.environ)
     env.update(
         {
@@ -287,6 +476,7 @@ def _rank_environment(device: Device, run_id: str, extra: dict[str, str] | None)
             "PYTHONUNBUFFERED": "1",
             "KINETO_LOG_LEVEL": env.get("KINETO_LOG_LEVEL", "5"),
             "LOGLEVEL": "INFO",  # torchrun then logs which global ranks each node got
+            **dict.fromkeys(INTERFACE_VARIABLES, interface),
         }
     )
     if device.kind == "cpu":
@@ -337,8 +527,8 @@ class _Run:
         echo: bool,
     ):
         self.record, self.echo = record, echo
-        self.rank_lines: dict[int, deque[str]] = {}
-        self.echoed: list[tuple[int, str]] = []
+        self.rank_lines: dict[int, deque[str]] = {}  # each rank's last TAIL_LINES lines
+        self.echoed: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES * record.world_size)
         self.t0 = time.monotonic()
         self.agents: list[_Agent] = []
         for node, (command, node_dir) in enumerate(zip(commands, node_dirs)):
@@ -358,7 +548,7 @@ class _Run:
         for agent in self.agents:
             for rank, text in agent.logs.poll(final):
                 text = _shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's prefix
-                self.rank_lines.setdefault(rank, deque(maxlen=2000)).append(text)
+                self.rank_lines.setdefault(rank, deque(maxlen=TAIL_LINES)).append(text)
                 if not NOISE.search(text):
                     self.echoed.append((rank, text))
                     if self.echo:
@@ -537,6 +727,7 @@ def launch(
     cpu: bool = False,
     env: dict[str, str] | None = None,
     traces_root: str | Path | None = None,
+    interface: str | None = None,
     netns: Sequence[tuple[str, str]] = (),
 ) -> RunRecord:
     """Run ``script`` under torchrun (``python -m torch.distributed.run``); return its RunRecord.
@@ -548,9 +739,16 @@ def launch(
     meets the others through the c10d rendezvous as on a cluster, with its own folder
     ``node<N>/`` as its ``RUN_DIR``; start_nodes: start only that many (the run then ends in
     :class:`RendezvousTimedOut` after ``rdzv_timeout`` s). cpu: CPU and gloo even with GPUs.
-    env: extra environment variables for the ranks. traces_root: instead of ``traces/``.
+    env: extra environment variables for the ranks (over the launcher's own). traces_root:
+    instead of ``traces/``.
+
+    interface: the network interface where every listener of the run binds and where the ranks
+    connect: torchrun's two stores, gloo, TensorPipe (RPC), NCCL's bootstrap. By default the
+    loopback interface, so that nothing of a run on one machine can be reached from another;
+    name the interface that joins the nodes (``eth0``) when they are separate hosts.
     netns: ``(namespace, address)`` per node, each agent in its own network namespace
-    (Linux, root), so that traffic between nodes crosses a real interface.
+    (Linux, root), so that traffic between nodes crosses a real interface (``interface``,
+    which then names the interface inside the namespaces, is required).
 
     Raises :class:`RankFailed` (naming the rank, its exit code and last lines),
     :class:`RunTimedOut`, :class:`RendezvousTimedOut` or :class:`RunInterrupted`: no process
@@ -565,19 +763,32 @@ def launch(
         return recorded.replay(
             script, nproc, experiment or script.stem, args, nnodes, start_nodes, echo, traces_root
         )
-    if nproc < 1 or nnodes < 1 or (netns and len(netns) != nnodes):
+    if nproc < 1 or nnodes < 1 or (netns and (len(netns) != nnodes or not interface)):
         raise ValueError(
-            f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces: need at "
-            f"least one rank and one node, and a namespace per node if any"
+            f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces, interface={interface!r}: "
+            f"need at least one rank and one node, and with netns= a namespace per node and the "
+            f"interface that joins them"
         )
+    if netns:
+        addresses = [address for _, address in netns]
+    else:
+        interface = interface or loopback_interface()
+        addresses = [interface_address(interface)] * nnodes
     run_id, run_dir = new_run_dir(experiment or script.stem, traces_root)
     node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
-    commands = _agent_commands(script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout, netns)
+    commands = _agent_commands(
+        script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout, addresses, netns
+    )
     record = _new_record(script, args, nproc, nnodes, device, run_dir, commands[0], echo)
+    programs = [_with_bound_stores(c, a) for c, a in zip(commands, addresses)]
     guard, guard_pipe = start_guard(run_dir / MANIFEST_NAME, run_id)
     try:
         run = _Run(
-            record, commands[:start_nodes], _rank_environment(device, run_id, env), node_dirs, echo
+            record,
+            programs[:start_nodes],
+            _rank_environment(device, run_id, interface, env),
+            node_dirs,
+            echo,
         )
         error = _conclude(run, run.watch(timeout), timeout, rdzv_timeout, start_nodes)
     except BaseException:
@@ -586,7 +797,7 @@ def launch(
     finally:
         release_guard(guard, guard_pipe)
     if recorded.recording():
-        recorded.save_recording(record, run.echoed, error, start_nodes)
+        recorded.save_recording(record, list(run.echoed), error, start_nodes)
     if error is not None:
         raise error
     return record

@@ -19,9 +19,10 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
-from pathlib import Path
-from typing import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, Sequence
 
 from .runs import (
     LOGS_DIR,
@@ -32,12 +33,15 @@ from .runs import (
     RunInterrupted,
     RunRecord,
     RunTimedOut,
+    _shorten_paths,
     new_run_dir,
+    show_path,
 )
 
 __all__ = [
     "RECORDINGS_ROOT",
     "RecordingMissing",
+    "RecordingDamaged",
     "use_recorded_runs",
     "replaying",
     "recording",
@@ -53,6 +57,25 @@ _switched: bool | None = None  # set by use_recorded_runs(); None: follow PDP_RE
 
 class RecordingMissing(LookupError):
     """Recorded mode was asked for a run that was never recorded."""
+
+
+class RecordingDamaged(ValueError):
+    """A recording that cannot be replayed as it is: a file outside its run folder, an error
+    the launcher never raises. The message names the recording."""
+
+
+# The errors a recording can replay: those the launcher raises.
+_ERRORS = {
+    c.__name__: c
+    for c in (LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted, RunTimedOut)
+}
+
+# Absolute paths of a machine, which a recording must not carry: a user's home (Linux, macOS,
+# Windows), root's, and this project's development machine's. The test of every committed file
+# looks for the same. (Written so that this source does not match itself.)
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~-])(?:/(?:home|Users)/[^/\s\"'<>]+/|/(?:root|work)/)|\b[A-Za-z]:\\+Users\\+"
+)
 
 
 def use_recorded_runs(on: bool | None = True) -> None:
@@ -97,7 +120,8 @@ def _folder_name(key: dict) -> str:
 def save_recording(
     record: RunRecord, echoed: list[tuple[int, str]], error: Exception | None, start_nodes: int
 ) -> Path:
-    """Keep a finished live run as a recording: its files gzipped, its output, its error."""
+    """Keep a finished live run as a recording: its files gzipped, its output, its error;
+    no absolute path of this machine in any of them (see :func:`_portable`)."""
     key = _key(
         record.script, record.experiment, record.nproc, record.nnodes, start_nodes, record.args
     )
@@ -111,6 +135,10 @@ def save_recording(
         target = dest / "files" / (rel + ".gz")
         target.parent.mkdir(parents=True, exist_ok=True)
         data = (record.run_dir / rel).read_bytes()
+        if rel.endswith(".json"):  # traces name their own absolute path (traceName)
+            data = _portable(data.decode(errors="surrogateescape"), record).encode(
+                errors="surrogateescape"
+            )
         target.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
         files.append(rel)
     here = record.relative_dir()
@@ -120,20 +148,33 @@ def save_recording(
         for attr in ("rank", "exit_code", "last_lines"):
             if hasattr(error, attr):
                 spec[attr] = getattr(error, attr)
-    (dest / RECORDING_NAME).write_text(
-        json.dumps(
-            {
-                "key": key,
-                "manifest": record.to_json(),
-                "files": files,
-                "error": spec,
-                "output": {str(r): lines for r, lines in record.output.items()},
-                "echoed": echoed,
-            },
-            indent=1,
-        )
-    )
+    saved = {
+        "key": key,
+        "manifest": record.to_json(),
+        "files": files,
+        "error": spec,
+        "output": {str(r): lines for r, lines in record.output.items()},
+        "echoed": echoed,
+    }
+    (dest / RECORDING_NAME).write_text(json.dumps(_portable(saved, record), indent=1))
     return dest
+
+
+def _portable(value: Any, record: RunRecord) -> Any:
+    """``value`` (text, or JSON data) with no absolute path of this machine in it: the run's
+    folder written as the repository shows it, paths inside the repository relative to it, the
+    home folder as ``~``, and any other path of a user's (:data:`MACHINE_PATH`) as ``.../``."""
+    if isinstance(value, dict):
+        return {k: _portable(v, record) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_portable(v, record) for v in value]
+    if not isinstance(value, str):
+        return value
+    for run_dir in {str(record.run_dir.resolve()), str(record.run_dir)}:
+        value = value.replace(run_dir + os.sep, record.relative_dir() + "/")
+        value = value.replace(run_dir, record.relative_dir())
+    value = _shorten_paths(value).replace(str(Path.home()) + os.sep, "~/")
+    return MACHINE_PATH.sub(".../", value)
 
 
 def _find(key: dict) -> Path:
@@ -167,8 +208,15 @@ def replay(
     recorded output printed; the recorded error raised if the run failed."""
     source = _find(_key(script.name, experiment, nproc, nnodes, start_nodes, args))
     saved = json.loads((source / RECORDING_NAME).read_text())
+    files = [_inside_run(rel, source) for rel in saved["files"]]
+    if saved["error"] and saved["error"].get("type") not in _ERRORS:
+        raise RecordingDamaged(
+            f"{show_path(source / RECORDING_NAME)}: error type {saved['error'].get('type')!r} is "
+            f"not one the launcher raises ({', '.join(_ERRORS)}): the recording is damaged; "
+            f"record the run again (make record)"
+        )
     run_id, run_dir = new_run_dir(experiment, traces_root)
-    for rel in saved["files"]:
+    for rel in files:
         target = run_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(gzip.decompress((source / "files" / (rel + ".gz")).read_bytes()))
@@ -186,11 +234,30 @@ def replay(
     return record
 
 
+def _inside_run(rel: Any, recording: Path) -> str:
+    """``rel``, a file of a recording, checked to name a path inside the run folder (and its
+    copy inside the recording): relative, with no ``..``; else :class:`RecordingDamaged`."""
+    path = PurePosixPath(rel) if isinstance(rel, str) else None
+    copy = (recording / "files" / f"{rel}.gz").resolve() if path else None
+    if (
+        path is None
+        or not rel
+        or path.is_absolute()
+        or ".." in path.parts
+        or "\\" in rel
+        or re.match(r"[A-Za-z]:", rel)
+        or not copy.is_relative_to(recording.resolve())
+    ):
+        raise RecordingDamaged(
+            f"{show_path(recording / RECORDING_NAME)}: file {rel!r} is not a path inside the run "
+            f"folder (relative, without '..'): the recording is damaged or was edited; replay "
+            f"refuses to write outside the run folder. Record the run again (make record)"
+        )
+    return rel
+
+
 def _recorded_error(spec: dict, record: RunRecord) -> Exception:
-    cls = {
-        c.__name__: c
-        for c in (LaunchError, RankFailed, RendezvousTimedOut, RunInterrupted, RunTimedOut)
-    }[spec["type"]]
+    cls = _ERRORS[spec["type"]]
     message = spec["message"].replace(_RUN_DIR_MARK, record.relative_dir())
     if "rank" in spec:
         return cls(message, record, spec["rank"], spec["exit_code"], spec["last_lines"])

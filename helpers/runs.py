@@ -238,11 +238,16 @@ def _list_files(run_dir: Path) -> dict[str, int]:
 
 
 def new_run_dir(experiment: str, traces_root: str | Path | None = None) -> tuple[str, Path]:
-    """Create ``traces/<experiment>/<run-id>/`` (never reusing one) and return ``(run_id, path)``."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", experiment):
+    """Create ``traces/<experiment>/<run-id>/`` (never reusing one) and return ``(run_id, path)``.
+
+    ``experiment`` must be a plain folder name, so that the run stays inside ``traces/``: up to
+    100 letters, digits, ``-``, ``_`` or ``.``, not starting with ``.`` (not ``..``)."""
+    if not isinstance(experiment, str) or not re.fullmatch(
+        r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", experiment
+    ):
         raise ValueError(
-            f"experiment={experiment!r}: use letters, digits, '-', '_' or '.' "
-            f"(it becomes a folder name)"
+            f"experiment={experiment!r}: use a plain name of up to 100 letters, digits, '-', '_' "
+            f"or '.', not starting with '.' (it becomes a folder in traces/)"
         )
     root = Path(traces_root) if traces_root is not None else TRACES_ROOT
     while True:

@@ -1,10 +1,17 @@
 """Flight Recorder dumps: real dumps of a job that hangs on purpose (lesson 8's script), and
 damaged ones, each a clear error naming the file and the rank."""
 
+import json
+import os
 import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from helpers import flight_recorder
 from helpers.flight_recorder import (
     FlightRecorderError,
     analyse_with_pytorch,
@@ -99,3 +106,196 @@ def test_a_missing_dump_names_the_rank(hung_run, tmp_path):
 def test_ranks_that_agree_have_no_mismatch(hung_run):
     records = load_flight_records(hung_run.run_dir)
     assert first_mismatch(records[records["seq"] < 7]) is None
+
+
+# ------------------------------------------------- nothing in a dump runs, nothing unbounded
+
+
+class Payload:
+    """Pickled, this is a call of ``open(marker, "w")``: loading it creates the marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture
+def malicious(tmp_path) -> tuple[bytes, Path]:
+    """A dump that creates a marker file when it is unpickled, and that marker's path."""
+    marker = tmp_path / "pwned"
+    data = pickle.dumps({"entries": [], "version": "2.10", "pg_config": {}, "x": Payload(marker)})
+    pickle.loads(data).pop("x").close()  # the payload works: a plain pickle.load runs it
+    assert marker.exists()
+    marker.unlink()
+    return data, marker
+
+
+PUBLIC_FUNCTIONS = {
+    "load_flight_records": load_flight_records,
+    "first_mismatch": lambda folder: first_mismatch(load_flight_records(folder)),
+    "analyse_with_pytorch": analyse_with_pytorch,
+}
+
+
+@pytest.mark.parametrize("function", PUBLIC_FUNCTIONS)
+def test_a_malicious_dump_is_refused_and_never_run(hung_run, tmp_path, malicious, function):
+    data, marker = malicious
+    folder = copy_dumps(hung_run, tmp_path / "dumps")
+    (folder / "fr_1").write_bytes(data)
+
+    with pytest.raises(FlightRecorderError, match="refusing to load") as caught:
+        PUBLIC_FUNCTIONS[function](folder)
+    assert caught.value.path == folder / "fr_1" and caught.value.rank == 1
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("function", PUBLIC_FUNCTIONS)
+@pytest.mark.parametrize("name", ["evil_fr_1", "sub/fr_1"])  # PyTorch's analyser reads both
+def test_a_malicious_file_beside_the_dumps_is_never_run(
+    hung_run, tmp_path, malicious, function, name
+):
+    data, marker = malicious
+    folder = copy_dumps(hung_run, tmp_path / "dumps")
+    (folder / name).parent.mkdir(exist_ok=True)
+    (folder / name).write_bytes(data)
+
+    PUBLIC_FUNCTIONS[function](folder)
+    assert not marker.exists()
+
+
+def shared_references(levels: int, width: int) -> list:
+    """A list that holds ``width`` references to a list that holds ``width`` references ...:
+    ``width ** levels`` values to whoever walks it, a few hundred bytes as a pickle."""
+    value: list = ["lol"]
+    for _ in range(levels):
+        value = [value] * width
+    return value
+
+
+def a_dump(**entry_fields) -> bytes:
+    entry = {
+        "collective_seq_id": 1,
+        "profiling_name": "gloo:all_reduce",
+        "time_created_ns": 1,
+        "input_sizes": [[8]],
+        "process_group": ("0", "default_pg"),
+        **entry_fields,
+    }
+    return pickle.dumps({"entries": [entry], "version": "2.10", "pg_config": {}})
+
+
+def nested_lists(depth: int) -> bytes:
+    """A pickle of a list in a list ... ``depth`` deep, built by the unpickler's stack."""
+    return b"\x80\x04" + b"]" * depth + b"a" * (depth - 1) + b"."
+
+
+def a_dict_keyed_by_a_deep_tuple(depth: int) -> bytes:
+    """A pickle whose unpickling hashes a tuple ``depth`` deep: that recursion in C crashes
+    the interpreter (no RecursionError) when it is deep enough."""
+    return b"\x80\x04}" + b")" + b"\x85" * depth + b"Ns."
+
+
+HOSTILE = {
+    "billions of shared references": (
+        a_dump(input_sizes=shared_references(20, 3)),  # 3**20: 3.5e9 values, 500 bytes
+        "holds more than 2,000,000 values once shared references are counted",
+    ),
+    "a list nested 200,000 deep": (nested_lists(200_000), "nests deeper than 32 levels"),
+    "a list that holds itself": (b"\x80\x04]\x94h\x00a.", "nests deeper than 32 levels"),
+    "a dict keyed by a tuple nested 200,000 deep": (
+        a_dict_keyed_by_a_deep_tuple(200_000),
+        "has a dictionary key that is not a string",
+    ),
+    "a number of 70 bits": (a_dump(collective_seq_id=2**70), "holds a number beyond 64 bits"),
+    "a value stored at memo index 2**28 (the unpickler would allocate 4 GB)": (
+        b"\x80\x04Nr" + (2**28).to_bytes(4, "little") + b".",
+        "it stores a value at memo index 268,435,456",
+    ),
+    "250,001 empty dicts": (
+        b"\x80\x04](" + b"}" * 250_001 + b"e.",
+        "holds more than 250,000 lists, dicts and tuples",
+    ),
+    "JSON nested 100,000 deep": (b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "deeper"),
+    "JSON with 1e400 as a time": (
+        b'{"entries": [{"collective_seq_id": 1, "profiling_name": "gloo:all_reduce", '
+        b'"time_created_ns": 1e400}]}',
+        "an entry has a field of the wrong type",
+    ),
+    "a process group of one name": (
+        a_dump(process_group=("0",)),
+        "an entry has a field of the wrong type",
+    ),
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_a_hostile_dump_is_an_error_naming_the_file_within_seconds(tmp_path, hostile):
+    data, problem = HOSTILE[hostile]
+    (tmp_path / "fr_0").write_bytes(data)
+
+    started = time.monotonic()
+    with pytest.raises(FlightRecorderError, match=problem) as caught:
+        load_flight_records(tmp_path)
+    assert time.monotonic() - started < 10
+    assert caught.value.path == tmp_path / "fr_0" and caught.value.rank == 0
+
+
+def test_pytorchs_analyser_is_never_given_a_dump_the_reader_refuses(tmp_path):
+    (tmp_path / "fr_0").write_bytes(a_dump(input_sizes=shared_references(20, 3)))
+    with pytest.raises(FlightRecorderError, match="fr_0 \\(rank 0\\): holds more than"):
+        analyse_with_pytorch(tmp_path)
+
+
+def test_a_pickle_of_more_instructions_than_the_bound_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(flight_recorder, "MAX_DUMP_ITEMS", 1000)
+    (tmp_path / "fr_0").write_bytes(a_dump(input_sizes=list(range(2000))))
+    with pytest.raises(FlightRecorderError, match="more than 1,000 pickle instructions"):
+        load_flight_records(tmp_path)
+
+
+def test_a_dump_larger_than_the_bound_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(flight_recorder, "MAX_DUMP_BYTES", 100)
+    (tmp_path / "fr_0").write_bytes(a_dump(input_sizes=list(range(100))))
+    with pytest.raises(FlightRecorderError, match="larger than 100 bytes.*MAX_DUMP_BYTES"):
+        load_flight_records(tmp_path)
+
+
+def test_a_json_dump_is_read_and_analysed_like_the_pickle_of_the_same_buffer(hung_run, tmp_path):
+    folder = tmp_path / "json"
+    folder.mkdir()
+    for rank in (0, 1):
+        dump = pickle.loads((hung_run.run_dir / f"fr_{rank}").read_bytes())
+        (folder / f"fr_{rank}").write_text(json.dumps(dump))  # tuples become lists, as in JSON
+
+    as_json, as_pickle = load_flight_records(folder), load_flight_records(hung_run.run_dir)
+    verdict = analyse_with_pytorch(folder)
+
+    assert as_json.equals(as_pickle)
+    assert (verdict.seq, verdict.kind, verdict.culprits) == (7, "different collective", [1])
+
+
+PYTORCH_JSON_DUMP = """
+import os, sys, tempfile
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+dist.all_reduce(torch.ones(8))
+dist.broadcast(torch.ones(8), 0)
+open(os.path.join(sys.argv[1], "fr_0"), "wb").write(
+    torch._C._distributed_c10d._dump_fr_trace_json())
+dist.destroy_process_group()
+"""
+
+
+def test_a_dump_pytorch_writes_as_json_loads(tmp_path):
+    subprocess.run(
+        [sys.executable, "-c", PYTORCH_JSON_DUMP, str(tmp_path)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=120,
+    )
+    records = load_flight_records(tmp_path)
+    assert list(records["op"]) == ["gloo:all_reduce", "gloo:broadcast"]
+    assert list(records["input_sizes"]) == ["[[8]]", "[[8]]"]

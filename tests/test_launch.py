@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from helpers.launch import (
+    MAX_LINE,
+    TAIL_LINES,
     RankFailed,
     RendezvousTimedOut,
     RunTimedOut,
     _CtrlC,
+    _RankLogs,
     choose_device,
     launch,
     processes_of_run,
@@ -50,6 +54,62 @@ def test_each_rank_output_is_kept_and_echoed_with_its_rank(script, tmp_path, cap
     assert "[rank0] rank 0 of 2 says hello" in echoed
     assert "[rank1] rank 1 of 2 says hello" in echoed
     assert run.output[1] == ["rank 1 of 2 says hello"]
+
+
+TALKATIVE = """
+import os
+if os.environ["RANK"] == "0":
+    for i in range(5000):
+        print(f"line {i}")
+    print("x" * 50_000)
+    print("the end")
+"""
+
+
+def test_only_a_bounded_tail_of_each_rank_output_is_kept_and_the_log_keeps_all(
+    write_script, tmp_path
+):
+    run = launch(write_script("talk.py", TALKATIVE), 2, traces_root=tmp_path, echo=False)
+
+    kept = run.output[0]
+    assert len(kept) == TAIL_LINES
+    assert kept[0] == f"line {5000 - TAIL_LINES + 2}" and kept[-1] == "the end"
+    assert kept[-2] == "x" * MAX_LINE + " [line cut]"
+    (log,) = run.run_dir.glob("logs/*/attempt_0/0/stdout.log")
+    assert len(log.read_text().splitlines()) == 5002
+
+
+def rank_log(tmp_path: Path) -> Path:
+    """Where torchrun writes local rank 0's output under ``tmp_path`` (an empty file)."""
+    path = tmp_path / "logs" / "run_x" / "attempt_0" / "0" / "stdout.log"
+    path.parent.mkdir(parents=True)
+    path.touch()
+    return path
+
+
+def test_a_line_too_long_to_keep_is_cut_and_the_rest_of_it_dropped(tmp_path):
+    path = rank_log(tmp_path)
+    logs = _RankLogs(tmp_path / "logs")
+
+    path.write_bytes(b"y" * (3 * MAX_LINE))  # no end of line yet
+    first = logs.poll()
+    with path.open("ab") as f:
+        f.write(b"y" * 1000 + b"\nnext\n")
+    second = logs.poll()
+
+    assert first == [(0, "y" * MAX_LINE + " [line cut]")]
+    assert second == [(0, "next")]
+
+
+def test_the_end_of_a_huge_log_is_read_without_its_middle(tmp_path):
+    path = rank_log(tmp_path)
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(2_000_000)))  # 25 MB
+    logs = _RankLogs(tmp_path / "logs")
+
+    lines = [text for _, text in logs.poll(final=True)]
+
+    assert re.fullmatch(r"\[[\d,]+ bytes not shown: see .*stdout.log\]", lines[0])
+    assert lines[-1] == "line 1999999" and len(lines) < 500_000
 
 
 def test_a_failing_rank_raises_naming_the_rank_its_code_and_last_lines(script, tmp_path):
@@ -240,7 +300,7 @@ def test_two_nodes_in_their_own_network_namespaces_talk_over_an_interface(
         netns=two_hosts,
         traces_root=tmp_path,
         echo=False,
-        env={"GLOO_SOCKET_IFNAME": "pdpveth"},
+        interface="pdpveth",
         rdzv_timeout=30,
         timeout=120,
     )
