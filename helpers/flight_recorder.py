@@ -17,7 +17,7 @@ writes it to ``RUN_DIR/fr_<rank>``, the names PyTorch's own analyser
 A dump is a pickle (``_dump_fr_trace``) or JSON (``_dump_fr_trace_json``, the same entries;
 prefer it: reading JSON cannot run code). A pickle can run any code when it is loaded with
 ``pickle.load``, which is what PyTorch's analyser does. So every public function here reads a
-dump with this module's own reader, and nothing else ever reads it:
+dump with the package's own reader (``helpers._dumpreader``), and nothing else ever reads it:
 
 - the file holds at most :data:`MAX_DUMP_BYTES`; a pickle's instructions are checked before
   it is loaded: anything that would import or call (a class, a function, ``__reduce__``) is
@@ -36,10 +36,7 @@ Every dump that fails a check is a :class:`FlightRecorderError` naming the file,
 
 from __future__ import annotations
 
-import io
-import json
 import pickle
-import pickletools
 import re
 import subprocess
 import sys
@@ -51,6 +48,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from ._dumpreader import Bounds, Refused, read_dump
 from .runs import show_path
 
 __all__ = [
@@ -78,7 +76,6 @@ MAX_DUMP_BYTES = 64 * 2**20
 MAX_DUMP_ITEMS = 2_000_000  # values, counting every reference (and a pickle's instructions)
 MAX_DUMP_CONTAINERS = 250_000  # lists, dicts and tuples made (18,000 in the dump above)
 MAX_DUMP_DEPTH = 32  # containers inside containers
-_INT_RANGE = (-(2**63), 2**64)  # what PyTorch writes: int64 and uint64
 
 
 class FlightRecorderError(ValueError):
@@ -94,263 +91,18 @@ class FlightRecorderError(ValueError):
         super().__init__(f"{where}: {problem}" if where else problem)
 
 
-class _Refused(Exception):
-    """A dump that fails a check; the message says what is wrong (the caller names the file)."""
-
-
-# The pickle instructions that build plain data; anything else (GLOBAL, STACK_GLOBAL, REDUCE,
-# BUILD, INST, OBJ, NEWOBJ, EXT*, PERSID, sets, buffers) imports or calls, and is refused.
-_SCALARS = {
-    "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
-    "NONE", "NEWTRUE", "NEWFALSE", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "EMPTY_LIST",
-    "EMPTY_DICT", "EMPTY_TUPLE",
-}  # fmt: skip
-_STRINGS = {
-    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
-    "BINUNICODE8",
-}  # fmt: skip
-_CONTAINERS = {"EMPTY_LIST", "EMPTY_DICT", "EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"}
-_CONTAINERS |= {"TUPLE", "LIST", "DICT"}
-_MEMO_PUT = {"PUT", "BINPUT", "LONG_BINPUT"}
-_MEMO_GET = {"GET", "BINGET", "LONG_BINGET"}
-
-
-def _check_pickle(data: bytes) -> None:
-    """Refuse a pickle that would import or call anything, key a dict by anything but a string,
-    store at a memo index no pickler writes (the unpickler allocates room for every index below
-    it), make more than MAX_DUMP_CONTAINERS containers or take more than MAX_DUMP_ITEMS
-    instructions, before a byte of it is unpickled.
-
-    The check follows the unpickler's stack, knowing of each value only whether it is a string:
-    a dict's keys are the only values hashed while loading, and hashing a string is safe (a
-    tuple nested deep as a key crashes the interpreter; numbers can be made to collide)."""
-    stack: list[bool] = []  # is each value on the stack a string?
-    marks: list[list[bool]] = []  # the stacks put aside by MARK
-    memo: dict[int, bool] = {}
-    limit, containers = MAX_DUMP_ITEMS, MAX_DUMP_CONTAINERS
-    try:
-        for count, (op, arg, position) in enumerate(pickletools.genops(data)):
-            if count >= limit:
-                raise _Refused(
-                    f"holds more than {limit:,} pickle instructions: not a dump, or "
-                    f"larger than any buffer PyTorch keeps (raise "
-                    f"helpers.flight_recorder.MAX_DUMP_ITEMS for a dump you trust)"
-                )
-            name = op.name
-            if name in _CONTAINERS:
-                containers -= 1
-                if containers < 0:
-                    raise _Refused(_too_many_containers())
-            if name in _SCALARS:
-                stack.append(False)
-            elif name in _STRINGS:
-                stack.append(True)
-            elif name == "MARK":
-                marks.append(stack)
-                stack = []
-            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                n = int(name[-1])
-                if len(stack) < n:
-                    raise IndexError
-                del stack[-n:]
-                stack.append(False)
-            elif name in ("TUPLE", "LIST", "DICT"):
-                if name == "DICT" and not all(stack[0::2]):
-                    raise _Refused("has a dictionary key that is not a string")
-                stack = marks.pop()
-                stack.append(False)
-            elif name in ("APPENDS", "SETITEMS"):
-                if name == "SETITEMS" and not all(stack[0::2]):
-                    raise _Refused("has a dictionary key that is not a string")
-                stack = marks.pop()
-                if not stack:
-                    raise IndexError
-            elif name == "APPEND":
-                if len(stack) < 2:
-                    raise IndexError
-                stack.pop()
-            elif name == "SETITEM":
-                if len(stack) < 3:
-                    raise IndexError
-                if not stack[-2]:
-                    raise _Refused("has a dictionary key that is not a string")
-                del stack[-2:]
-            elif name == "POP":
-                if stack:
-                    stack.pop()
-                else:
-                    stack = marks.pop()
-            elif name == "POP_MARK":
-                stack = marks.pop()
-            elif name == "DUP":
-                stack.append(stack[-1])
-            elif name in _MEMO_PUT:
-                if not 0 <= arg <= count:  # the unpickler makes room for every index below it
-                    raise _Refused(f"is damaged: it stores a value at memo index {arg:,}")
-                memo[arg] = stack[-1]
-            elif name == "MEMOIZE":
-                memo[len(memo)] = stack[-1]
-            elif name in _MEMO_GET:
-                stack.append(memo[arg])
-            elif name == "FRAME":
-                if arg > len(data) - position:
-                    raise _Refused("is not a complete Flight Recorder dump (a frame is cut short)")
-            elif name in ("PROTO", "STOP"):
-                pass
-            elif name == "GLOBAL":
-                raise _Refused(
-                    f"refusing to load {str(arg).replace(' ', '.')}: a Flight Recorder dump "
-                    f"holds plain data only, this file would import code"
-                )
-            else:
-                raise _Refused(
-                    f"refusing to load it: it uses the pickle instruction {name}, which "
-                    f"imports or calls code; a Flight Recorder dump holds plain data only"
-                )
-    except (IndexError, KeyError) as err:
-        raise _Refused(
-            f"is not a complete Flight Recorder dump (its pickle refers to values it never "
-            f"made: {type(err).__name__}); the file is damaged"
-        ) from None
-    except ValueError as err:  # pickletools: an unknown instruction, or the data ends early
-        raise _Refused(
-            f"is not a complete Flight Recorder dump ({err}); the file is damaged or truncated"
-        ) from None
-
-
-class _PlainData(pickle.Unpickler):
-    """Unpickles dicts, lists, tuples, strings and numbers only: no class, no function.
-    Only for data that :func:`_check_pickle` passed (this refusal is the second wall)."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-
-
-def _from_pickle(data: bytes) -> Any:
-    _check_pickle(data)
-    try:
-        return _PlainData(io.BytesIO(data)).load()
-    except Exception as err:  # whatever the unpickler says of bad data, the file is bad
-        raise _Refused(
-            f"is not a complete Flight Recorder dump ({type(err).__name__}: {err}); "
-            f"the file is damaged or truncated"
-        ) from None
-
-
-def _too_many_containers() -> str:
-    return (
-        f"holds more than {MAX_DUMP_CONTAINERS:,} lists, dicts and tuples: not a dump, or "
-        f"larger than any buffer PyTorch keeps (raise "
-        f"helpers.flight_recorder.MAX_DUMP_CONTAINERS for a dump you trust)"
-    )
-
-
-def _from_json(data: bytes) -> Any:
-    # Upper bounds, counted before any value is made: each value after the first follows a
-    # comma or opens a container; each container opens with a bracket.
-    containers = data.count(b"[") + data.count(b"{")
-    values = data.count(b",") + containers + 1
-    if values > MAX_DUMP_ITEMS:
-        raise _Refused(
-            f"holds up to {values:,} JSON values, more than MAX_DUMP_ITEMS "
-            f"({MAX_DUMP_ITEMS:,}): not a dump, or larger than any buffer PyTorch keeps"
-        )
-    if containers > MAX_DUMP_CONTAINERS:
-        raise _Refused(_too_many_containers())
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise _Refused(f"nests deeper than {MAX_DUMP_DEPTH} levels: not a dump") from None
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-        raise _Refused(
-            f"is not a complete Flight Recorder dump (JSON: {err}); the file is damaged or "
-            f"truncated"
-        ) from None
-
-
-def _check_plain(dump: Any) -> None:
-    """Refuse anything but plain data, containers nested more than MAX_DUMP_DEPTH deep (or in
-    themselves), or more than MAX_DUMP_ITEMS values counted as a reader sees them: a container
-    referred to N times counts N times. Each container is walked once, its count and height
-    kept (so a small file of shared references is refused in a few steps), without recursion."""
-    if not isinstance(dump, (dict, list, tuple)):
-        return  # a single value: not a dump, which the caller says
-    depth_limit, limit = MAX_DUMP_DEPTH, MAX_DUMP_ITEMS
-    counts: dict[int, int] = {}  # id of a container walked: the values in it, all levels
-    heights: dict[int, int] = {}  # id of a container walked: the containers nested in it
-    open_: set[int] = set()  # the containers being walked: the one walked now and its parents
-    todo: list[tuple[Any, int, bool]] = [(dump, 1, False)]  # (container, depth, walked?)
-    while todo:
-        container, depth, walked = todo.pop()
-        values = container.values() if isinstance(container, dict) else container
-        key = id(container)
-        if walked:
-            open_.discard(key)
-            count, height = len(values), 1
-            for value in values:
-                if isinstance(value, (dict, list, tuple)):
-                    count += counts[id(value)]
-                    height = max(height, heights[id(value)] + 1)
-                elif isinstance(value, int):  # bool too
-                    if not _INT_RANGE[0] <= value < _INT_RANGE[1]:
-                        raise _Refused("holds a number beyond 64 bits: not a dump")
-                elif not (value is None or isinstance(value, (str, bytes, float))):
-                    raise _Refused(f"holds a {type(value).__name__}: not plain data")
-            if count > limit:
-                raise _Refused(
-                    f"holds more than {limit:,} values once shared references are counted as "
-                    f"a reader sees them: not a dump (a dump of 2,000 collectives with stack "
-                    f"traces holds about 300,000)"
-                )
-            counts[key], heights[key] = count, height
-        elif key in open_ or depth > depth_limit:
-            raise _Refused(
-                f"nests deeper than {depth_limit} levels (a dump nests 5 deep), or holds "
-                f"itself: not a dump"
-            )
-        elif key not in counts:
-            open_.add(key)
-            todo.append((container, depth, True))
-            todo.extend(
-                (value, depth + 1, False)
-                for value in values
-                if isinstance(value, (dict, list, tuple)) and id(value) not in counts
-            )
+def _bounds() -> Bounds:
+    """The bounds of a dump as they are now (read at each read, so that raising them works)."""
+    return Bounds(MAX_DUMP_BYTES, MAX_DUMP_ITEMS, MAX_DUMP_CONTAINERS, MAX_DUMP_DEPTH)
 
 
 def _read_dump(path: Path, rank: int) -> dict:
     """One dump read safely (see the module's docstring): its plain data, or an error naming
     the file and the rank."""
-    limit = MAX_DUMP_BYTES
     try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except OSError as err:
-        raise FlightRecorderError(path, f"cannot be read ({err.strerror})", rank) from None
-    if not data:
-        raise FlightRecorderError(
-            path, "is empty: the rank did not finish writing its dump (was it killed first?)", rank
-        )
-    if len(data) > limit:
-        raise FlightRecorderError(
-            path,
-            f"is larger than {limit:,} bytes: not a Flight Recorder dump, or larger than any "
-            f"buffer PyTorch keeps (raise helpers.flight_recorder.MAX_DUMP_BYTES for a dump "
-            f"you trust)",
-            rank,
-        )
-    try:
-        dump = _from_json(data) if data.lstrip()[:1] == b"{" else _from_pickle(data)
-        _check_plain(dump)
-    except _Refused as err:
+        return read_dump(path, _bounds())
+    except Refused as err:
         raise FlightRecorderError(path, str(err), rank) from None
-    if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
-        raise FlightRecorderError(
-            path,
-            "has no 'entries' list: not a dump of torch._C._distributed_c10d._dump_fr_trace()",
-            rank,
-        )
-    return dump
 
 
 def _int64(value: Any) -> int:

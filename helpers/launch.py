@@ -24,33 +24,34 @@ plus torchrun's own ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, `
 
 Where a run listens: on one interface, the loopback one unless ``interface=`` names another.
 Each torchrun agent is torchrun itself with its two TCPStore servers bound to that interface's
-address (:data:`_AGENT_PROGRAM`: torch 2.14 binds them to every interface, and torchrun has no
-option for it); ``--local-addr`` makes that address the ranks' ``MASTER_ADDR``; gloo, TensorPipe
-and NCCL are told the interface by ``GLOO_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` and
-``NCCL_SOCKET_IFNAME``. The manifest records the torchrun command, as you would type it.
+address (``_AGENT_PROGRAM`` in ``helpers/_listeners.py``: torch 2.14 binds them to every
+interface, and torchrun has no option for it); ``--local-addr`` makes that address the ranks'
+``MASTER_ADDR``; gloo, TensorPipe and NCCL are told the interface by ``GLOO_SOCKET_IFNAME``,
+``TP_SOCKET_IFNAME`` and ``NCCL_SOCKET_IFNAME``. The manifest records the torchrun command, as
+you would type it.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import ipaddress
 import os
-import queue
-import re
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from . import recorded
 from ._guard import RUN_MARKER, processes_of_run, release_guard, start_guard, stop_run_processes
-from .kineto_noise import NOISE  # harmless profiler lines: kept in the logs, not echoed
+from ._listeners import (
+    INTERFACE_VARIABLES,
+    Listener,
+    ListenerWatch,
+    _with_bound_stores,
+    free_port,
+    interface_address,
+    loopback_interface,
+)
+from ._liverun import _conclude, _Run
 from .runs import (
     LOGS_DIR,
     MANIFEST_NAME,
@@ -60,9 +61,7 @@ from .runs import (
     RunInterrupted,
     RunRecord,
     RunTimedOut,
-    _shorten_paths,
     new_run_dir,
-    show_path,
 )
 
 __all__ = [
@@ -82,13 +81,6 @@ __all__ = [
     "RendezvousTimedOut",
     "RunInterrupted",
 ]
-
-LAST_LINES = 20  # lines of a failing rank's output quoted in the error
-TAIL_LINES = 2000  # lines of each rank's output (and of each agent's) kept in memory
-MAX_LINE = 10_000  # characters of a line kept in memory; the log files on disk keep all
-_READ_BYTES = 1 << 20  # read from a log file per poll, at most
-_FINAL_BYTES = 4 << 20  # read from a log file at the end of a run, at most: its tail
-
 
 # ----------------------------------------------------------------------------- device
 
@@ -142,275 +134,6 @@ def choose_device(cpu: bool = False, min_gpus: int = 2, gpus: int | None = None)
     )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-# ------------------------------------------------------------------ where a run listens
-
-
-def loopback_interface() -> str:
-    """The name of this machine's loopback interface, the one holding 127.0.0.1 (``lo`` on
-    Linux, ``lo0`` on macOS)."""
-    import psutil
-
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addresses):
-            return name
-    return "lo0" if sys.platform == "darwin" else "lo"
-
-
-def interface_address(interface: str) -> str:
-    """The IPv4 address of the network interface ``interface`` on this machine."""
-    import psutil
-
-    interfaces = psutil.net_if_addrs()
-    ipv4 = [a.address for a in interfaces.get(interface, []) if a.family == socket.AF_INET]
-    if not ipv4:
-        have = ", ".join(
-            f"{name} ({a.address})"
-            for name, addrs in sorted(interfaces.items())
-            for a in addrs
-            if a.family == socket.AF_INET
-        )
-        raise ValueError(
-            f"interface={interface!r}: no such network interface with an IPv4 address here; "
-            f"this machine has {have or 'none'}. Name the interface that joins the nodes"
-        )
-    return ipv4[0]
-
-
-# torchrun's agent as launch() runs it: torchrun itself, except that the two TCPStore servers it
-# starts (the rendezvous store, and the store where the ranks meet: MASTER_ADDR:MASTER_PORT)
-# listen on one address, the first argument, instead of every interface. torch 2.14 binds a
-# TCPStore server to all interfaces whatever its host name; handed a socket already listening
-# (master_listen_fd), it serves on that socket.
-_AGENT_PROGRAM = """\
-import runpy, socket, sys
-import torch.distributed as dist
-from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, dynamic_rendezvous
-
-address = sys.argv.pop(1)
-
-class BoundTCPStore(dist.TCPStore):
-    def __init__(self, host_name, port, world_size=None, is_master=False, **kwargs):
-        if is_master and kwargs.get("master_listen_fd") is None:
-            family = socket.AF_INET6 if ":" in address else socket.AF_INET
-            listener = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                listener.bind((address, port))
-                listener.listen(socket.SOMAXCONN)
-            except OSError as err:
-                listener.close()
-                raise dist.DistNetworkError(f"cannot listen on {address}:{port}: {err}")
-            port = listener.getsockname()[1]
-            kwargs["master_listen_fd"] = listener.detach()
-        super().__init__(host_name, port, world_size, is_master, **kwargs)
-
-def create_tcp_store_server(self, master_addr, master_port):
-    return BoundTCPStore(master_addr, master_port, is_master=True, multi_tenant=True)
-
-assert c10d_rendezvous_backend.TCPStore is dist.TCPStore
-c10d_rendezvous_backend.TCPStore = BoundTCPStore
-handler = dynamic_rendezvous.DynamicRendezvousHandler
-assert handler._create_tcp_store_server
-handler._create_tcp_store_server = create_tcp_store_server
-runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
-"""
-
-
-@dataclass(frozen=True)
-class Listener:
-    """A TCP socket a process of a run listened on: ``process`` is ``torchrun agent`` or
-    ``rank``."""
-
-    process: str
-    pid: int
-    address: str
-    port: int
-
-    @property
-    def loopback(self) -> bool:
-        return ipaddress.ip_address(self.address.split("%")[0]).is_loopback
-
-
-class ListenerWatch:
-    """The sockets that processes of runs under ``traces_root`` listen on, sampled every
-    ``every`` seconds in a thread while the ``with`` block runs: ``seen``, a set of
-    :class:`Listener`. For the doctor and the tests: what a run exposes, measured."""
-
-    def __init__(self, traces_root: str | Path, every: float = 0.1):
-        self.traces_root = Path(traces_root).resolve()
-        self.every = every
-        self.seen: set[Listener] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
-
-    def __enter__(self) -> "ListenerWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample_until_stopped(self) -> None:
-        import psutil
-
-        while not self._stop.wait(self.every):
-            for proc in psutil.process_iter():
-                try:
-                    env, command = proc.environ(), proc.cmdline()
-                    run_dir = Path(env.get("RUN_DIR", "/")).resolve()
-                    if RUN_MARKER not in env or not run_dir.is_relative_to(self.traces_root):
-                        continue
-                    agent = _AGENT_PROGRAM in command or "torch.distributed.run" in command
-                    kind = "torchrun agent" if agent else "rank"
-                    for c in proc.net_connections(kind="inet"):
-                        if c.status == psutil.CONN_LISTEN:
-                            self.seen.add(Listener(kind, proc.pid, c.laddr.ip, c.laddr.port))
-                except (psutil.Error, OSError, ValueError):
-                    continue
-
-
-def _with_bound_stores(command: list[str], address: str) -> list[str]:
-    """The torchrun ``command`` run as :data:`_AGENT_PROGRAM`, its stores listening on
-    ``address`` only."""
-    at = command.index("torch.distributed.run") - 1  # "-m"
-    return [*command[:at], "-c", _AGENT_PROGRAM, address, *command[at + 2 :]]
-
-
-# ------------------------------------------------------------ one torchrun agent (a node)
-
-
-class _RankLogs:
-    """Follow the per-rank log files that torchrun writes with ``--redirects``.
-
-    torchrun puts each worker's stdout and stderr in
-    ``<log_dir>/<id>/attempt_<n>/<local_rank>/{stdout,stderr}.log``. Reading them
-    ourselves (rather than torchrun's echo to the console) keeps each line whole and
-    labelled with its rank. ``poll()`` returns the complete new lines as
-    ``(rank, line)``; ``poll(final=True)`` also returns an unfinished last line.
-
-    Memory stays bounded whatever a rank prints: a poll reads at most ``_READ_BYTES`` of a
-    file, the final one its last ``_FINAL_BYTES`` (saying how much it skipped), and a line
-    longer than ``MAX_LINE`` characters is cut. The files keep everything.
-    """
-
-    def __init__(self, log_dir: Path, first_rank: int | None = 0):
-        self.log_dir = log_dir
-        self.first_rank = first_rank  # None until known (multi-node: from torchrun's log)
-        self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, bytes] = {}
-        self._cutting: set[Path] = set()  # files in the middle of a line too long to keep
-
-    def poll(self, final: bool = False) -> list[tuple[int, str]]:
-        out: list[tuple[int, str]] = []
-        if self.first_rank is None:
-            return out
-        # stdout before stderr, so an error message follows the output that led to it
-        paths = self.log_dir.glob("*/attempt_*/*/std*.log")
-        for path in sorted(paths, key=lambda p: (p.parent, p.name != "stdout.log")):
-            rank = self.first_rank + int(path.parent.name)
-            offset = self._offsets.get(path, 0)
-            try:
-                with path.open("rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    if final and size - offset > _FINAL_BYTES:
-                        skipped, offset = size - _FINAL_BYTES - offset, size - _FINAL_BYTES
-                        self._partial.pop(path, None)
-                        self._cutting.add(path)  # the tail starts inside a line
-                        out.append((rank, f"[{skipped:,} bytes not shown: see {show_path(path)}]"))
-                    f.seek(offset)
-                    data = f.read(_FINAL_BYTES if final else _READ_BYTES)
-            except OSError:
-                continue
-            self._offsets[path] = offset + len(data)
-            out.extend((rank, line) for line in self._lines(path, data, final))
-        return out
-
-    def _lines(self, path: Path, data: bytes, final: bool) -> list[str]:
-        """The complete lines of ``path`` that ``data`` ends, each cut to ``MAX_LINE``."""
-        *complete, rest = (self._partial.pop(path, b"") + data).split(b"\n")
-        if path in self._cutting:  # drop the rest of a line already cut
-            if complete:
-                complete.pop(0)
-                self._cutting.discard(path)
-            else:
-                rest = b""
-        if len(rest) > MAX_LINE:  # a line too long to wait for: cut it now
-            complete.append(rest)
-            rest = b""
-            self._cutting.add(path)
-        if rest and final:
-            complete.append(rest)
-        elif rest:
-            self._partial[path] = rest
-        return [_cut(line.decode(errors="replace")) for line in complete]
-
-
-def _cut(line: str) -> str:
-    """``line``, cut to ``MAX_LINE`` characters."""
-    return line if len(line) <= MAX_LINE else line[:MAX_LINE] + " [line cut]"
-
-
-_GLOBAL_RANKS = re.compile(r"global_ranks=\[(\d+)")
-
-
-class _Agent:
-    """One torchrun agent (one node) of a run: its process, its output, its ranks' logs."""
-
-    def __init__(
-        self, node: int, command: list[str], env: dict[str, str], node_dir: Path, nnodes: int
-    ):
-        self.node = node
-        self.lines: deque[str] = deque(maxlen=TAIL_LINES)  # torchrun's own output, its tail
-        self.logs = _RankLogs(node_dir / LOGS_DIR, first_rank=0 if nnodes == 1 else None)
-        self.queue: queue.Queue[str | None] = queue.Queue()
-        self.finished = False
-        self.process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.queue.put(line.rstrip("\n"))
-        self.queue.put(None)
-
-    @property
-    def failed(self) -> bool:
-        return self.finished and self.process.returncode != 0
-
-    def drain(self) -> None:
-        """Take torchrun's new output lines; learn the node's first global rank from them."""
-        while True:
-            try:
-                line = self.queue.get_nowait()
-            except queue.Empty:
-                return
-            if line is None:
-                self.process.wait()
-                self.finished = True
-                return
-            self.lines.append(_cut(line))
-            m = _GLOBAL_RANKS.search(line)
-            if m and self.logs.first_rank is None:
-                self.logs.first_rank = int(m.group(1))
-
-
 # ------------------------------------------------------------------ the steps of a launch
 
 
@@ -457,12 +180,6 @@ def _agent_commands(
     return commands
 
 
-# The variables that choose the network interface where each library listens and connects:
-# gloo's pairs, TensorPipe (RPC), NCCL's bootstrap. Without them each binds the address that
-# the host name resolves to, the LAN address on many laptops.
-INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-
-
 def _rank_environment(
     device: Device, run_id: str, interface: str, extra: dict[str, str] | None
 ) -> dict[str, str]:
@@ -485,191 +202,6 @@ def _rank_environment(
             env["CUDA_VISIBLE_DEVICES"] = ""  # gloo on the CPU: hide the GPUs
     env.update(extra or {})
     return env
-
-
-class _CtrlC:
-    """Inside its ``with`` block (on the main thread), Ctrl-C (SIGINT, also a notebook's
-    interrupt button) sets ``pressed`` instead of raising KeyboardInterrupt wherever the code
-    happens to be: raised in the middle of the launcher's own work, it could leave a lock
-    taken (in a queue, say) and hang the launcher."""
-
-    def __init__(self) -> None:
-        self.pressed = False
-        self._previous = None
-        self._installed = False
-
-    def _press(self, signum, frame) -> None:
-        self.pressed = True
-
-    def __enter__(self) -> "_CtrlC":
-        if threading.current_thread() is threading.main_thread():  # Python allows no other
-            self._previous = signal.signal(signal.SIGINT, self._press)
-            self._installed = True
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._installed:
-            signal.signal(
-                signal.SIGINT,
-                self._previous if self._previous is not None else signal.default_int_handler,
-            )
-
-
-class _Run:
-    """The live part of a launch: the agents, what the ranks print, how the run ends."""
-
-    def __init__(
-        self,
-        record: RunRecord,
-        commands: list[list[str]],
-        env: dict[str, str],
-        node_dirs: Sequence[Path],
-        echo: bool,
-    ):
-        self.record, self.echo = record, echo
-        self.rank_lines: dict[int, deque[str]] = {}  # each rank's last TAIL_LINES lines
-        self.echoed: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES * record.world_size)
-        self.t0 = time.monotonic()
-        self.agents: list[_Agent] = []
-        for node, (command, node_dir) in enumerate(zip(commands, node_dirs)):
-            node_dir.mkdir(parents=True, exist_ok=True)
-            self.agents.append(
-                _Agent(
-                    node,
-                    command,
-                    {**env, "RUN_DIR": str(node_dir), "NODE_NAME": f"node{node}"},
-                    node_dir,
-                    record.nnodes,
-                )
-            )
-
-    def take_rank_lines(self, final: bool = False) -> None:
-        """Keep (and echo) what the ranks printed since the last call."""
-        for agent in self.agents:
-            for rank, text in agent.logs.poll(final):
-                text = _shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's prefix
-                self.rank_lines.setdefault(rank, deque(maxlen=TAIL_LINES)).append(text)
-                if not NOISE.search(text):
-                    self.echoed.append((rank, text))
-                    if self.echo:
-                        print(f"[rank{rank}] {text}", flush=True)
-
-    def watch(self, timeout: float) -> str:
-        """Follow the run until every agent ends (``ok`` or ``failed``: one failed node
-        ends the watch), the timeout passes (``timeout``) or the kernel is interrupted
-        (``interrupted``). The run's processes are stopped in every case."""
-        outcome = "ok"
-        with _CtrlC() as ctrl_c:
-            while not all(a.finished for a in self.agents):
-                if ctrl_c.pressed:
-                    outcome = "interrupted"
-                    break
-                if time.monotonic() - self.t0 > timeout:
-                    outcome = "timeout"
-                    break
-                time.sleep(0.1)
-                for agent in self.agents:
-                    agent.drain()
-                self.take_rank_lines()
-                if any(a.failed for a in self.agents):
-                    break  # one node failed: stop the others rather than let them hang
-            stop_run_processes(
-                [a.process for a in self.agents],
-                self.record.run_id,
-                grace=1.0 if outcome == "ok" else 3.0,
-            )  # normally finds nothing left
-            for agent in self.agents:
-                agent.drain()
-        if outcome == "ok" and not all(a.finished and not a.failed for a in self.agents):
-            outcome = "failed"
-        return outcome
-
-    def finish(self, status: str, exit_codes: dict[int, int | None]) -> None:
-        """Write the run's end into its record and manifest."""
-        self.take_rank_lines(final=True)
-        record = self.record
-        record.status = status
-        record.exit_codes = exit_codes
-        record.nodes = {
-            a.node: list(range(a.logs.first_rank, a.logs.first_rank + record.nproc))
-            for a in self.agents
-            if a.logs.first_rank is not None
-        }
-        record.ended = _dt.datetime.now().isoformat(timespec="seconds")
-        record.seconds = round(time.monotonic() - self.t0, 3)
-        record.output = {r: list(d) for r, d in sorted(self.rank_lines.items())}
-        record.save()
-
-
-_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)")
-
-
-def _failed_ranks(agent_lines: Iterable[str]) -> tuple[int | None, dict[int, int]]:
-    """``(root-cause rank, {rank: exit code})`` from torchrun's failure summary.
-
-    torchrun lists every rank that did not exit 0, including those it stopped with
-    SIGTERM (exit code -15) after the first failure, and names the first failure
-    under "Root Cause".
-    """
-    text = "\n".join(agent_lines)
-    codes = {int(r): int(c) for r, c in _FAILURE.findall(text)}
-    _, _, root_part = text.partition("Root Cause")
-    root = _FAILURE.search(root_part)
-    return (int(root.group(1)) if root else None), codes
-
-
-def _quoted(lines: Sequence[str]) -> str:
-    return "\n".join("    " + line for line in lines) or "    (no output)"
-
-
-def _conclude(
-    run: _Run, outcome: str, timeout: float, rdzv_timeout: float, started_nodes: int
-) -> LaunchError | None:
-    """Record how the run ended; the error to raise, or None when it went well."""
-    record = run.record
-    unknown = {r: None for r in range(record.world_size)}
-    where = record.relative_dir()
-    if outcome == "ok":
-        run.finish("ok", {r: 0 for r in range(record.world_size)})
-        return None
-    if outcome == "interrupted":
-        run.finish("interrupted", unknown)
-        return RunInterrupted(
-            f"run {where} was interrupted; all its processes were stopped", record
-        )
-    if outcome == "timeout":
-        run.finish("timeout", unknown)
-        return RunTimedOut(
-            f"run {where} was still going after {timeout:g} s and was killed "
-            f"with all its processes; raise timeout= if it needs longer",
-            record,
-        )
-    agent_lines = [line for a in run.agents for line in a.lines]
-    if any("RendezvousTimeoutError" in line for line in agent_lines):
-        run.finish("rendezvous timeout", unknown)
-        return RendezvousTimedOut(
-            f"the rendezvous timed out after {rdzv_timeout:g} s: {started_nodes} of "
-            f"{record.nnodes} nodes joined. Every node must run torchrun with the same --nnodes, "
-            f"--rdzv-endpoint and --rdzv-id, and reach the endpoint's host and port",
-            record,
-        )
-    rank, failed = _failed_ranks(agent_lines)
-    run.finish("failed", {r: failed.get(r) for r in range(record.world_size)})
-    if rank is None:
-        return LaunchError(
-            f"torchrun exited before any rank reported; its last lines:\n"
-            f"{_quoted(agent_lines[-LAST_LINES:])}",
-            record,
-        )
-    last = [line for line in run.rank_lines.get(rank, []) if not NOISE.search(line)][-LAST_LINES:]
-    return RankFailed(
-        f"rank {rank} exited with code {failed[rank]}; the other ranks were "
-        f"stopped. Last lines of rank {rank}:\n{_quoted(last)}",
-        record,
-        rank,
-        failed[rank],
-        last,
-    )
 
 
 def _existing_script(script: str | Path) -> Path:
@@ -710,6 +242,60 @@ def _new_record(
     record.save()
     if echo:
         print(f"launching {record.describe()}", flush=True)
+    return record
+
+
+def _listen_addresses(
+    nproc: int, nnodes: int, interface: str | None, netns: Sequence[tuple[str, str]]
+) -> tuple[str | None, list[str]]:
+    """The interface a run listens on and each node's address (with ``netns``, the
+    namespaces'); a ValueError for a run that cannot be."""
+    if nproc < 1 or nnodes < 1 or (netns and (len(netns) != nnodes or not interface)):
+        raise ValueError(
+            f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces, interface={interface!r}: "
+            f"need at least one rank and one node, and with netns= a namespace per node and the "
+            f"interface that joins them"
+        )
+    if netns:
+        return interface, [address for _, address in netns]
+    interface = interface or loopback_interface()
+    return interface, [interface_address(interface)] * nnodes
+
+
+def _run_folders(
+    experiment: str, traces_root: str | Path | None, nnodes: int
+) -> tuple[str, Path, list[Path]]:
+    """A new run's id and folder, and each node's folder (the run's own on one node)."""
+    run_id, run_dir = new_run_dir(experiment, traces_root)
+    node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
+    return run_id, run_dir, node_dirs
+
+
+def _watch_run(
+    record: RunRecord,
+    programs: list[list[str]],
+    env: dict[str, str],
+    node_dirs: Sequence[Path],
+    echo: bool,
+    timeout: float,
+    rdzv_timeout: float,
+    start_nodes: int,
+) -> RunRecord:
+    """Start the agents' ``programs`` under the run's guard and follow them to the end: the
+    record, or the error of the run raised. No process of the run outlives an exception."""
+    guard, guard_pipe = start_guard(record.run_dir / MANIFEST_NAME, record.run_id)
+    try:
+        run = _Run(record, programs, env, node_dirs, echo)
+        error = _conclude(run, run.watch(timeout), timeout, rdzv_timeout, start_nodes)
+    except BaseException:
+        stop_run_processes([], record.run_id)
+        raise
+    finally:
+        release_guard(guard, guard_pipe)
+    if recorded.recording():
+        recorded.save_recording(record, list(run.echoed), error, start_nodes)
+    if error is not None:
+        raise error
     return record
 
 
@@ -763,41 +349,12 @@ def launch(
         return recorded.replay(
             script, nproc, experiment or script.stem, args, nnodes, start_nodes, echo, traces_root
         )
-    if nproc < 1 or nnodes < 1 or (netns and (len(netns) != nnodes or not interface)):
-        raise ValueError(
-            f"nproc={nproc}, nnodes={nnodes}, {len(netns)} namespaces, interface={interface!r}: "
-            f"need at least one rank and one node, and with netns= a namespace per node and the "
-            f"interface that joins them"
-        )
-    if netns:
-        addresses = [address for _, address in netns]
-    else:
-        interface = interface or loopback_interface()
-        addresses = [interface_address(interface)] * nnodes
-    run_id, run_dir = new_run_dir(experiment or script.stem, traces_root)
-    node_dirs = [run_dir] if nnodes == 1 else [run_dir / f"node{n}" for n in range(nnodes)]
+    interface, addresses = _listen_addresses(nproc, nnodes, interface, netns)
+    run_id, run_dir, node_dirs = _run_folders(experiment or script.stem, traces_root, nnodes)
     commands = _agent_commands(
         script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout, addresses, netns
     )
     record = _new_record(script, args, nproc, nnodes, device, run_dir, commands[0], echo)
-    programs = [_with_bound_stores(c, a) for c, a in zip(commands, addresses)]
-    guard, guard_pipe = start_guard(run_dir / MANIFEST_NAME, run_id)
-    try:
-        run = _Run(
-            record,
-            programs[:start_nodes],
-            _rank_environment(device, run_id, interface, env),
-            node_dirs,
-            echo,
-        )
-        error = _conclude(run, run.watch(timeout), timeout, rdzv_timeout, start_nodes)
-    except BaseException:
-        stop_run_processes([], run_id)
-        raise
-    finally:
-        release_guard(guard, guard_pipe)
-    if recorded.recording():
-        recorded.save_recording(record, list(run.echoed), error, start_nodes)
-    if error is not None:
-        raise error
-    return record
+    programs = [_with_bound_stores(c, a) for c, a in zip(commands, addresses)][:start_nodes]
+    env = _rank_environment(device, run_id, interface, env)
+    return _watch_run(record, programs, env, node_dirs, echo, timeout, rdzv_timeout, start_nodes)

@@ -263,14 +263,15 @@ def test_a_dump_larger_than_the_bound_is_refused_unread(tmp_path, monkeypatch):
 
 
 def test_a_json_dump_is_read_and_analysed_like_the_pickle_of_the_same_buffer(hung_run, tmp_path):
-    folder = tmp_path / "json"
+    # lesson 8's hang.py writes JSON dumps; the same data as pickles must read the same
+    folder = tmp_path / "pickle"
     folder.mkdir()
     for rank in (0, 1):
-        dump = pickle.loads((hung_run.run_dir / f"fr_{rank}").read_bytes())
-        (folder / f"fr_{rank}").write_text(json.dumps(dump))  # tuples become lists, as in JSON
+        dump = json.loads((hung_run.run_dir / f"fr_{rank}").read_text())
+        (folder / f"fr_{rank}").write_bytes(pickle.dumps(dump))
 
-    as_json, as_pickle = load_flight_records(folder), load_flight_records(hung_run.run_dir)
-    verdict = analyse_with_pytorch(folder)
+    as_pickle, as_json = load_flight_records(folder), load_flight_records(hung_run.run_dir)
+    verdict = analyse_with_pytorch(hung_run.run_dir)
 
     assert as_json.equals(as_pickle)
     assert (verdict.seq, verdict.kind, verdict.culprits) == (7, "different collective", [1])

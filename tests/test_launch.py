@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers._liverun import _CtrlC
+from helpers._ranklogs import MAX_LINE, TAIL_LINES, _RankLogs
 from helpers.launch import (
-    MAX_LINE,
-    TAIL_LINES,
     RankFailed,
     RendezvousTimedOut,
     RunTimedOut,
-    _CtrlC,
-    _RankLogs,
     choose_device,
     launch,
     processes_of_run,

