@@ -272,6 +272,9 @@ class AnalyserVerdict:
         }.get(self.error_type or "", self.error_type)
 
 
+_NO_TABULATE = "tabulate is not installed. Proceeding without it.\n"
+
+
 def analyse_with_pytorch(folder: str | Path, timeout: float = 120) -> AnalyserVerdict:
     """PyTorch's verdict on the dumps ``fr_<rank>`` in ``folder``: the first collective that
     ``python -m torch.distributed.flight_recorder.fr_trace`` reports as wrong.
@@ -303,7 +306,9 @@ def analyse_with_pytorch(folder: str | Path, timeout: float = 120) -> AnalyserVe
             raise FlightRecorderError(
                 folder, f"PyTorch's analyser did not finish in {timeout:g} s; raise timeout="
             ) from None
-    output = (done.stdout + done.stderr).replace(checked, str(folder)).strip()
+    output = (done.stdout + done.stderr).replace(checked, str(folder))
+    # fr_trace logs that an optional package is missing; it changes nothing in the verdict
+    output = output.replace(_NO_TABULATE, "").strip()
     if done.returncode != 0:
         last = "\n".join(output.splitlines()[-5:])
         raise FlightRecorderError(
