@@ -26,7 +26,7 @@ NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env
 	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: install run test test-recorded lab refresh record doctor wheelhouse test-offline \
+.PHONY: install run test lint test-recorded lab refresh record doctor wheelhouse test-offline \
 	benchmark clean-traces
 
 install: $(STAMP)
@@ -63,9 +63,16 @@ run: install
 
 # Unit tests of helpers/, every lesson and every solution under nbval, and the analysis lessons
 # again in recorded mode.
-test: install
+test: install lint
 	PDP_CHECKS_MUST_PASS=1 $(NBVAL) tests notebooks solutions
 	$(MAKE) --no-print-directory test-recorded
+
+# Style: ruff's lint and format on the code and the notebooks (seconds); a contributor's quick
+# loop is `make lint` and `pytest -m "not slow" tests`.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python tools/clean_notebooks.py --check $(NOTEBOOKS) $(SOLUTIONS)
 
 test-recorded: install
 	PDP_RECORDED=1 $(NBVAL) $(ANALYSIS_LESSONS)
@@ -81,6 +88,7 @@ refresh: install
 	  echo "== refreshing $$nb"; \
 	  PDP_CHECKS_MUST_PASS=1 $(EXECUTE) --inplace "$$nb" || exit 1; \
 	done
+	$(BIN)/python tools/clean_notebooks.py $(NOTEBOOKS) $(SOLUTIONS)
 
 # Maintainers: record the lessons' runs anew into recordings/ (what recorded mode replays).
 record: install

@@ -252,7 +252,7 @@ def main() -> None:
             for f in chosen:
                 shutil.copy(f, target / f.name)
             copies = sorted(target.iterdir())
-            ours = best_of(lambda: load_run(copies, cache=False, progress=False), 2)
+            ours = best_of(lambda copies=copies: load_run(copies, cache=False, progress=False), 2)
             print(f"{label} ({megabytes(copies):.0f} MB): load_run {ours:.2f} s")
             for backend in (None, "IJSON_BATCH_AND_COMPRESS"):
                 seconds = hta_seconds(target, backend)

@@ -99,9 +99,8 @@ def write_trace(path: Path, rank: int, world_size: int, target_bytes: int, seed:
         events += len(chunk)
         step += 1
     out.write(
-        ',\n{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": '
-        '"thread %d (pt_gloo_runloop)"}}\n], "traceName": "%s"}\n'
-        % (pid, gloo_tid, gloo_tid, path.name)
+        f',\n{{"ph": "M", "name": "thread_name", "pid": {pid}, "tid": {gloo_tid}, "args": '
+        f'{{"name": "thread {gloo_tid} (pt_gloo_runloop)"}}}}\n], "traceName": "{path.name}"}}\n'
     )
     out.close()
     return events

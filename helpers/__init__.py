@@ -20,9 +20,9 @@ Everything a lesson uses is importable from here in one line, for example
 from .analysis import (
     COLLECTIVE_NAMES,
     NCCL_KERNELS,
+    bus_factor,
     busy_ms,
     by_rpc_node,
-    bus_factor,
     clock_offsets,
     collective_bandwidth,
     collective_source,
@@ -45,8 +45,8 @@ from .flight_recorder import (
     first_mismatch,
     load_flight_records,
 )
-from .kineto_noise import hide_kineto_noise
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind
+from .kineto_noise import hide_kineto_noise
 from .launch import (
     Device,
     LaunchError,

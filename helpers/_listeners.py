@@ -128,7 +128,7 @@ class ListenerWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
 
-    def __enter__(self) -> "ListenerWatch":
+    def __enter__(self) -> ListenerWatch:
         self._thread.start()
         return self
 

@@ -12,8 +12,8 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ._guard import stop_run_processes
 from ._ranklogs import TAIL_LINES, _cut, _RankLogs
@@ -100,7 +100,7 @@ class _CtrlC:
     def _press(self, signum, frame) -> None:
         self.pressed = True
 
-    def __enter__(self) -> "_CtrlC":
+    def __enter__(self) -> _CtrlC:
         if threading.current_thread() is threading.main_thread():  # Python allows no other
             self._previous = signal.signal(signal.SIGINT, self._press)
             self._installed = True

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -128,10 +128,10 @@ _ARG_KEYS = {f: (e or f) for f, e in zip(_Args.__struct_fields__, _Args.__struct
 class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
-    cat: Union[str, None] = ""  # the legacy profiler writes null
-    pid: Union[int, str] = ""
-    tid: Union[int, str] = ""
-    ts: Union[float, None] = None
+    cat: str | None = ""  # the legacy profiler writes null
+    pid: int | str = ""
+    tid: int | str = ""
+    ts: float | None = None
     dur: float = 0.0
     args: _Args = _NO_ARGS
 

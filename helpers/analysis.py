@@ -12,7 +12,7 @@ every GPU event belongs to the step whose CPU code launched it.
 from __future__ import annotations
 
 import warnings
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd

@@ -36,9 +36,9 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from . import recorded
 from ._guard import RUN_MARKER, processes_of_run, release_guard, start_guard, stop_run_processes

@@ -21,8 +21,9 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, Sequence
+from typing import Any
 
 from .runs import (
     LOGS_DIR,

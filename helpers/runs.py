@@ -168,7 +168,7 @@ class RunRecord:
         return path
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "RunRecord":
+    def load(cls, run_dir: str | Path) -> RunRecord:
         """Read the manifest of an earlier run from its folder."""
         run_dir = Path(run_dir)
         path = run_dir / MANIFEST_NAME
@@ -180,7 +180,7 @@ class RunRecord:
         return cls.from_json(json.loads(path.read_text()), run_dir)
 
     @classmethod
-    def from_json(cls, data: dict, run_dir: Path) -> "RunRecord":
+    def from_json(cls, data: dict, run_dir: Path) -> RunRecord:
         """The record that :meth:`to_json` wrote, its folder now ``run_dir``."""
         data = dict(data, run_dir=run_dir)
         data["exit_codes"] = {int(k): v for k, v in data["exit_codes"].items()}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -172,3 +172,24 @@ def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
 def script(write_script) -> Path:
     """A script that reports its rank in RUN_DIR; ``fail`` makes rank 2 exit 7, ``hang`` sleeps."""
     return write_script("ranks.py", RANKS_SCRIPT)
+
+
+#: Test modules that launch real processes (torchrun, RPC, the doctor's job) or fuzz for a
+#: minute: marked ``slow``, so that ``pytest -m "not slow" tests`` is a quick loop of the rest.
+SLOW_MODULES = {
+    "test_launch",
+    "test_security",
+    "test_flight_recorder",
+    "test_rpc_failures",
+    "test_rpc_transport",
+    "test_doctor",
+    "test_fuzz_traces",
+    "test_fuzz_flight_recorder",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        module = getattr(item, "module", None)  # notebooks (nbval) have none
+        if module is not None and module.__name__ in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -15,9 +15,10 @@ import ast
 import json
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

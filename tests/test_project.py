@@ -1,8 +1,9 @@
 """The project's own set-up: dependencies agree, CI runs the README's command."""
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from helpers.doctor import _pins
 

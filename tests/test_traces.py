@@ -16,7 +16,6 @@ from helpers.traces import (
     merge_traces,
 )
 
-
 # ---------------------------------------------------------------- real traces
 
 
