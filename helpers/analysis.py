@@ -229,23 +229,20 @@ def _collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
     pattern = collective_source(events)[0] if names is None else names
     ev = events[_name_matches(events, pattern)].sort_values(["rank", "start_us"], kind="stable")
     ev = ev.assign(name=ev["name"].astype(str))
-    if "seq" in ev.columns:
-        label = ev["collective"].astype(str).where(ev["collective"].notna(), ev["name"])
-        group = ev["process_group"].astype(str).where(ev["process_group"].notna(), "")
-        by_seq = ev["seq"].notna().to_numpy()
-        by_identity = ~by_seq & (ev["collective"].notna() & ev["msg_bytes"].notna()).to_numpy()
-        key = np.where(
-            by_seq,
+    label = ev["collective"].astype(str).where(ev["collective"].notna(), ev["name"])
+    group = ev["process_group"].astype(str).where(ev["process_group"].notna(), "")
+    by_seq = ev["seq"].notna().to_numpy()
+    by_identity = ~by_seq & (ev["collective"].notna() & ev["msg_bytes"].notna()).to_numpy()
+    rules = [by_seq, by_identity]
+    how = np.select(rules, ["seq", "identity"], "order")
+    key = np.select(
+        rules,
+        [
             "seq|" + label + "|" + group + "|" + ev["seq"].astype(str),
-            np.where(
-                by_identity,
-                "id|" + label + "|" + group + "|" + ev["msg_bytes"].astype(str),
-                "order|" + ev["name"],
-            ),
-        )
-        how = np.where(by_seq, "seq", np.where(by_identity, "identity", "order"))
-    else:  # a frame from before these columns existed
-        key, how = ("order|" + ev["name"]).to_numpy(), np.full(len(ev), "order")
+            "id|" + label + "|" + group + "|" + ev["msg_bytes"].astype(str),
+        ],
+        "order|" + ev["name"],
+    )
     ev["key"] = key
     ev["matched_by"] = pd.Categorical([_MATCHED_BY[h] for h in how])
     ev["index"] = ev.groupby(["rank", "key"]).cumcount()
@@ -257,10 +254,7 @@ def _on_every_rank(ev: pd.DataFrame) -> pd.DataFrame:
     trace gives the group's size, that many ranks (a collective of a smaller group)."""
     ranks = ev["rank"].nunique()
     seen = ev.groupby(["key", "index"])["rank"].transform("nunique")
-    if "group_size" in ev.columns:
-        expected = ev["group_size"].astype("Float64").clip(upper=ranks).fillna(ranks).to_numpy()
-    else:
-        expected = ranks
+    expected = ev["group_size"].astype("Float64").clip(upper=ranks).fillna(ranks).to_numpy()
     return ev[seen.to_numpy() >= expected]
 
 

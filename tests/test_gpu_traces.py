@@ -13,6 +13,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from helpers import (
@@ -170,14 +171,8 @@ def test_gpu_events_without_a_launch_get_step_minus_one_and_are_counted(write, k
     by_name = trace.events.set_index(trace.events["name"].astype(str))
     assert by_name.loc["gemm", "step"] == 1  # runs after ProfilerStep#1 ended, launched in it
     assert by_name.loc["gemm", "launch_us"] == by_name.loc["cudaLaunchKernel", "start_us"]
-    assert by_name.loc["orphan", "step"] is pd_na()
+    assert by_name.loc["orphan", "step"] is pd.NA
     assert trace.header.gpu_events_without_launch == 1
-
-
-def pd_na():
-    import pandas as pd
-
-    return pd.NA
 
 
 def test_a_window_of_steps_keeps_the_kernels_launched_in_it(real_traces):
