@@ -21,8 +21,9 @@ TORCH_PINS := $(shell grep -E '^(torch|torchvision)==' requirements.txt)
 # Kernels started by nbconvert and JupyterLab talk to them over encrypted local sockets
 # (ipykernel otherwise warns about plain-text TCP once per notebook).
 QUIET_KERNELS := --KernelManager.transport_encryption=auto
-EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=900 $(QUIET_KERNELS)
-NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+# Notebooks run by make show no progress bars: their outputs are committed, or compared.
+EXECUTE := PDP_NO_PROGRESS=1 $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=900 $(QUIET_KERNELS)
+NBVAL := PDP_NO_PROGRESS=1 $(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 

@@ -34,7 +34,8 @@ from synthetic_trace import write_trace  # noqa: E402
 CHILD = r"""
 import json, sys
 from pathlib import Path
-from helpers.traces import load_run, load_trace, merge_traces
+from helpers.trace_export import merge_traces
+from helpers.traces import load_run, load_trace
 
 def status(key):
     for line in open("/proc/self/status"):

@@ -3,7 +3,9 @@
 - ``launch``: start a script under torchrun, keep a record of the run, stop it whole
 - ``runs``: the run folder and its manifest (``RunRecord``), paths as a learner sees them
 - ``recorded``: replay runs that ship with the series, for machines that cannot launch
-- ``traces``: load, check, gather and merge per-rank profiler traces
+- ``traces``: load and check per-rank profiler traces into one DataFrame (the private
+  ``_trace*`` modules read, decode and cache the files)
+- ``trace_export``: one merged trace for Perfetto; gather the nodes' folders of a run
 - ``kinds``: the kinds of trace event (how each is recognised, its colour), defined once
 - ``analysis``: step times, time per kind, waiting in collectives, stragglers, clocks
 - ``plotting``: per-rank timelines, and each rank's collectives side by side
@@ -62,16 +64,8 @@ from .lessons import script_from_lesson
 from .plotting import plot_collective_sequences, plot_rank_timeline, step_window
 from .recorded import RecordingMissing, use_recorded_runs
 from .runs import RunRecord, new_run_dir, show_path
-from .traces import (
-    RunTraces,
-    Trace,
-    TraceError,
-    TraceWarning,
-    gather_traces,
-    load_run,
-    load_trace,
-    merge_traces,
-)
+from .trace_export import gather_traces, merge_traces
+from .traces import RunTraces, Trace, TraceError, TraceWarning, load_run, load_trace
 
 __all__ = [
     # launching

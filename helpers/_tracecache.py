@@ -7,11 +7,12 @@ size and modification time, the load's options, :data:`LOADER_VERSION` and a fin
 the loader's own source, so a changed, added or removed file, or a new version of the loader
 (new columns, new kinds), means a new key and a fresh load.
 
-Files are written under a temporary name and renamed, so two notebooks loading the same run
-at once never read a half-written cache; temporary files left by a writer that died are
-removed once they are :data:`STALE_AFTER_S` old. A damaged or unreadable cache file is
-removed with a :class:`~helpers.traces.TraceWarning` and the run is loaded from its traces
-again. Nothing here unpickles, and a cache file is read only within its own size.
+Files are written atomically (:func:`helpers._files.atomic_file`: a temporary file, renamed),
+so two notebooks loading the same run at once never read a half-written cache; temporary files
+left by a writer that died are removed once they are :data:`STALE_AFTER_S` old. A damaged or
+unreadable cache file is removed with a :class:`~helpers.traces.TraceWarning` and the run is
+loaded from its traces again; a cache that cannot be written is no cache, never a failed load.
+Nothing here unpickles, and a cache file is read only within its own size.
 """
 
 from __future__ import annotations
@@ -23,22 +24,30 @@ import os
 import time
 import warnings
 import zipfile
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ._tracefile import TraceHeader, TraceWarning
+from ._files import atomic_file
+from ._traceerror import TraceWarning
+from ._traceheader import TraceHeader
 from .runs import CACHE_DIR, show_path
 
 #: Bump when the loader's columns, their meaning or the kinds change: every cached load made
 #: by an older loader is then ignored. (A change to the loader's source does it as well, see
 #: :func:`_loader_fingerprint`; the number says it on purpose.)
-LOADER_VERSION = 3
+LOADER_VERSION = 4  # 4: headers without host, schema_version, process_groups, events
 KEEP = 4  # cache files kept per folder (the most recent)
 STALE_AFTER_S = 600  # a temporary file this old was left by a writer that died
-_SOURCES = ("_tracefile.py", "traces.py", "kinds.py", "_tracecache.py")  # what makes a frame
+#: The modules that make a frame (their source is part of the key).
+_SOURCES = (
+    "traces.py", "_tracecache.py", "_traceframe.py", "_tracefile.py", "_tracebytes.py",
+    "_tracejson.py", "_traceheader.py", "_tracecolumns.py", "_tracesteps.py", "kinds.py",
+)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,7 +63,9 @@ def _loader_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def cache_file(folder: Path, items, options: dict) -> Path | None:
+def cache_file(
+    folder: Path, items: Sequence[tuple[Path, int | None]], options: dict
+) -> Path | None:
     """The cache file of a load of ``items`` (with these options) from ``folder``: its name
     changes when a file or the loader changes. None when a file cannot be looked at."""
     stats = []
@@ -68,7 +79,7 @@ def cache_file(folder: Path, items, options: dict) -> Path | None:
     return folder / CACHE_DIR / f"events-{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
 
 
-def read(path: Path):
+def read(path: Path) -> tuple[pd.DataFrame, list[TraceHeader], list] | None:
     """``(events, headers, skipped)`` from the cache file, or None when it is not there or
     cannot be used (then it is removed, with a TraceWarning saying so)."""
     try:
@@ -108,6 +119,7 @@ def _check_archive(path: Path) -> None:
 
 
 def _discard(path: Path, err: Exception) -> None:
+    """Remove a cache file that could not be read, with a TraceWarning saying so."""
     warnings.warn(
         TraceWarning(
             f"{show_path(path)}: the cached load could not be read "
@@ -122,7 +134,8 @@ def _discard(path: Path, err: Exception) -> None:
         pass
 
 
-def _column(data, name: str, spec: dict):
+def _column(data: Any, name: str, spec: dict) -> Any:
+    """One column of the frame from the arrays ``data`` of a cache file, as ``spec`` says."""
     if spec["type"] == "category":
         categories = pd.Index(spec["categories"], dtype=spec["dtype"])
         return pd.Categorical.from_codes(data[f"{name}.codes"], categories=categories)
@@ -131,46 +144,49 @@ def _column(data, name: str, spec: dict):
     return data[name]
 
 
-def write(path: Path, events: pd.DataFrame, headers, skipped) -> None:
+def write(path: Path, events: pd.DataFrame, headers: list[TraceHeader], skipped: list) -> None:
     """Keep a load in the cache file (silently nothing when it cannot be written)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        arrays, columns = {}, {}
-        for name in events.columns:
-            values = events[name].array
-            if isinstance(values, pd.Categorical):
-                arrays[f"{name}.codes"] = values.codes
-                columns[name] = {
-                    "type": "category",
-                    "categories": values.categories.tolist(),
-                    "dtype": str(values.categories.dtype),
-                }
-            elif isinstance(values, pd.arrays.IntegerArray):
-                arrays[f"{name}.values"] = values.to_numpy(values.dtype.numpy_dtype, na_value=0)
-                arrays[f"{name}.mask"] = np.asarray(values.isna())
-                columns[name] = {"type": "masked"}
-            else:
-                arrays[name] = np.asarray(values)
-                columns[name] = {"type": "array"}
-        meta = {
-            "columns": columns,
-            "headers": [dict(asdict(h), path=str(Path(h.path).resolve())) for h in headers],
-            "skipped": [[str(p), why] for p, why in skipped],
-        }
-        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        path.parent.mkdir(exist_ok=True)
-        with open(tmp, "wb") as f:
+        arrays = _arrays(events, headers, skipped)
+        with atomic_file(path) as f:  # nothing is left behind when it fails
             np.savez(f, **arrays)
-        os.replace(tmp, path)
         _prune(path.parent)
     except Exception:  # a cache that cannot be written is no cache, not a failed load
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+        pass
+
+
+def _arrays(events: pd.DataFrame, headers: list[TraceHeader], skipped: list) -> dict:
+    """The arrays of the cache file: each column's (codes of a categorical one, values and
+    mask of a nullable one), and ``meta``, the JSON that describes them, the headers and the
+    files skipped."""
+    arrays, columns = {}, {}
+    for name in events.columns:
+        values = events[name].array
+        if isinstance(values, pd.Categorical):
+            arrays[f"{name}.codes"] = values.codes
+            columns[name] = {
+                "type": "category",
+                "categories": values.categories.tolist(),
+                "dtype": str(values.categories.dtype),
+            }
+        elif isinstance(values, pd.arrays.IntegerArray):
+            arrays[f"{name}.values"] = values.to_numpy(values.dtype.numpy_dtype, na_value=0)
+            arrays[f"{name}.mask"] = np.asarray(values.isna())
+            columns[name] = {"type": "masked"}
+        else:
+            arrays[name] = np.asarray(values)
+            columns[name] = {"type": "array"}
+    meta = {
+        "columns": columns,
+        "headers": [dict(asdict(h), path=str(Path(h.path).resolve())) for h in headers],
+        "skipped": [[str(p), why] for p, why in skipped],
+    }
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    return arrays
 
 
 def _prune(cache_dir: Path) -> None:
+    """Keep the :data:`KEEP` most recently used cache files of the folder."""
     caches = sorted(cache_dir.glob("events-*.npz"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in caches[KEEP:]:
         old.unlink(missing_ok=True)
@@ -182,7 +198,7 @@ def _sweep(cache_dir: Path) -> None:
     :data:`STALE_AFTER_S`; a writer alive now finishes in seconds)."""
     now = time.time()
     try:
-        for tmp in cache_dir.glob("events-*.tmp"):
+        for tmp in cache_dir.glob("*events-*.tmp"):  # .events-*: atomic_file's name
             try:
                 if now - tmp.stat().st_mtime > STALE_AFTER_S:
                     tmp.unlink()

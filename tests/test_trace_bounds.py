@@ -16,14 +16,8 @@ import pandas as pd
 import pytest
 
 from helpers import _tracecache as tracecache
-from helpers.traces import (
-    TraceError,
-    TraceWarning,
-    gather_traces,
-    load_run,
-    load_trace,
-    merge_traces,
-)
+from helpers.trace_export import gather_traces, merge_traces
+from helpers.traces import TraceError, TraceWarning, load_run, load_trace
 
 MiB = 1024**2
 
@@ -296,10 +290,22 @@ def test_header_fields_of_odd_types_are_dropped(tmp_path, kineto, write):
     doc["distributedInfo"]["world_size"] = "two"
     doc["distributedInfo"]["backend"] = {"name": "gloo"}
     doc["distributedInfo"]["pg_config"] = json.loads("[" * 40 + "]" * 40)
+    doc["run_id"] = ["not", "a", "run id"]
 
     header = load_trace(write(tmp_path / "rank0.json", doc)).header
 
-    assert (header.world_size, header.backend, header.process_groups) == (None, None, [])
+    assert (header.world_size, header.backend, header.run_id) == (None, None, None)
+
+
+def test_a_run_with_deeply_nested_header_values_is_cached_and_read_back(tmp_path, kineto, write):
+    doc = kineto(0)
+    doc["distributedInfo"]["pg_config"] = json.loads("[" * 40 + "]" * 40)
+    write(tmp_path / "rank0.json", doc)
+
+    first = load_run(tmp_path)
+
+    assert list((tmp_path / ".cache").glob("events-*.npz"))
+    assert load_run(tmp_path).headers == first.headers
 
 
 def test_an_unexpected_exception_while_reading_a_file_becomes_a_trace_error(
@@ -549,17 +555,37 @@ def test_a_cache_file_whose_members_claim_more_than_the_file_is_not_read(cached_
 
 def test_stale_temporary_cache_files_are_removed_and_fresh_ones_kept(cached_run, kineto, write):
     cache_dir = cached_run / ".cache"
-    stale = cache_dir / "events-0123456789abcdef.npz.4242.tmp"
-    fresh = cache_dir / "events-fedcba9876543210.npz.4343.tmp"
-    for tmp in (stale, fresh):
+    stale = cache_dir / ".events-0123456789abcdef.npz.4242.tmp"
+    stale_of_an_older_loader = cache_dir / "events-0123456789abcdef.npz.4242.tmp"
+    fresh = cache_dir / ".events-fedcba9876543210.npz.4343.tmp"
+    for tmp in (stale, stale_of_an_older_loader, fresh):
         tmp.write_bytes(b"half a cache")
     hour_ago = time.time() - 3600
-    os.utime(stale, (hour_ago, hour_ago))
+    for tmp in (stale, stale_of_an_older_loader):
+        os.utime(tmp, (hour_ago, hour_ago))
 
     write(cached_run / "rank1.json", kineto(1, pid=200, steps=3))  # a new load writes a cache
     load_run(cached_run)
 
-    assert not stale.exists() and fresh.exists()
+    assert not stale.exists() and not stale_of_an_older_loader.exists() and fresh.exists()
+
+
+def test_a_cache_that_cannot_be_written_leaves_nothing_and_fails_no_load(
+    cached_run, kineto, write, monkeypatch
+):
+    import numpy as np
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    write(cached_run / "rank1.json", kineto(1, pid=200, steps=3))  # a new load writes a cache
+
+    assert load_run(cached_run).ranks == [0, 1]
+    assert [p.name for p in (cached_run / ".cache").iterdir()] == [
+        p.name for p in (cached_run / ".cache").glob("events-*.npz")
+    ]
+    assert len(list((cached_run / ".cache").glob("events-*.npz"))) == 1  # the first load's
 
 
 # ---------------------------------------------------------------- gathering

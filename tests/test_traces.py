@@ -7,14 +7,8 @@ import pandas as pd
 import pytest
 
 from helpers.analysis import shift_ranks
-from helpers.traces import (
-    TraceError,
-    TraceWarning,
-    gather_traces,
-    load_run,
-    load_trace,
-    merge_traces,
-)
+from helpers.trace_export import gather_traces, merge_traces
+from helpers.traces import TraceError, TraceWarning, load_run, load_trace
 
 # ---------------------------------------------------------------- real traces
 
@@ -576,8 +570,63 @@ def test_ranks_may_be_given_as_an_iterator(eight_ranks):
     assert load_run(eight_ranks, ranks=(r for r in [5])).ranks == [5]
 
 
-def test_the_progress_line_appears_only_when_asked_or_slow(eight_ranks, capsys):
+def test_a_short_load_prints_no_progress_bar(eight_ranks, capsys, monkeypatch):
+    import helpers._progress as progress
+
+    monkeypatch.setattr(progress, "watched", lambda: True)  # as in a terminal or a notebook
+    load_run(eight_ranks, cache=False)
+    load_run(eight_ranks, cache=False, progress=None)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_load_with_progress_shows_a_tqdm_bar_and_false_silences_it(eight_ranks, capsys):
+    load_run(eight_ranks, cache=False, progress=True)
+    err = capsys.readouterr().err
+    assert "loading traces: 100%" in err and "| 8/8 [" in err and "file/s]" in err  # tqdm's
+
+    load_run(eight_ranks, cache=False, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_slow_load_shows_its_bar_where_someone_watches(eight_ranks, capsys, monkeypatch):
+    import helpers._progress as progress
+
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # every load is slow now
+    monkeypatch.setattr(progress, "watched", lambda: True)
+    load_run(eight_ranks, cache=False)
+    assert "| 8/8 [" in capsys.readouterr().err
+
+    monkeypatch.setattr(progress, "watched", lambda: False)  # stderr is a file or a pipe
     load_run(eight_ranks, cache=False)
     assert capsys.readouterr().err == ""
-    load_run(eight_ranks, cache=False, progress=True)
-    assert "loading traces: 8/8 files" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("variable", "tty", "kernel", "shown"),
+    [
+        ("", True, False, True),
+        ("", False, True, True),
+        ("", False, False, False),
+        ("1", True, True, False),
+        ("0", True, False, True),
+    ],
+)
+def test_a_default_bar_is_watched_in_a_terminal_or_a_kernel_unless_pdp_no_progress(
+    monkeypatch, variable, tty, kernel, shown
+):
+    import io
+    import sys
+
+    import helpers._progress as progress
+
+    class Stderr(io.StringIO):
+        def isatty(self) -> bool:
+            return tty
+
+    monkeypatch.setenv("PDP_NO_PROGRESS", variable)
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    if kernel:
+        monkeypatch.setitem(sys.modules, "ipykernel", sys)
+    else:
+        monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    assert progress.watched() is shown
