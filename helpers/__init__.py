@@ -7,7 +7,10 @@
   ``_trace*`` modules read, decode and cache the files)
 - ``trace_export``: one merged trace for Perfetto; gather the nodes' folders of a run
 - ``kinds``: the kinds of trace event (how each is recognised, its colour), defined once
-- ``analysis``: step times, time per kind, waiting in collectives, stragglers, clocks
+- ``intervals``: wall time of overlapping intervals, counted once
+- ``analysis``: step times, time per kind, top ops, time by source line, GPU idle time
+- ``collectives``: waiting vs moving data, stragglers, overlap, bandwidth, clock offsets
+- ``overhead``: what profiling costs a training step
 - ``plotting``: per-rank timelines, and each rank's collectives side by side
 - ``flight_recorder``: Flight Recorder dumps of a hung job, in pandas
 - ``exercises``: the checks of the lessons' exercises
@@ -61,6 +64,7 @@ from .launch import (
     processes_of_run,
 )
 from .lessons import script_from_lesson
+from .overhead import profiling_cost
 from .plotting import plot_collective_sequences, plot_rank_timeline, step_window
 from .recorded import RecordingMissing, use_recorded_runs
 from .runs import RunRecord, new_run_dir, show_path
@@ -129,4 +133,5 @@ __all__ = [
     "evaluate",
     "script_from_lesson",
     "hide_kineto_noise",
+    "profiling_cost",
 ]

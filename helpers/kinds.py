@@ -10,6 +10,10 @@ event's category (``cat``, compared in lower case); otherwise ``other``.
 
 The colours come from the Okabe-Ito palette (distinguishable with the common forms of
 colour blindness), with greys for steps and unclassified events.
+
+Event names as text are read here too, once: the loader keeps ``name`` as a categorical (each
+distinct name stored once), :func:`name_matches` tests a pattern on each distinct name, and
+:func:`event_names` is the one place that turns the column into strings.
 """
 
 from __future__ import annotations
@@ -17,7 +21,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Kind", "KINDS", "KIND_NAMES", "KIND_COLORS", "event_kind"]
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "Kind",
+    "KINDS",
+    "KIND_NAMES",
+    "KIND_COLORS",
+    "event_kind",
+    "event_names",
+    "name_matches",
+]
 
 
 @dataclass(frozen=True)
@@ -136,3 +151,23 @@ def event_kind(name: str, cat: str) -> str:
         if pattern.search(name):
             return kind
     return _CATEGORY_RULES.get(cat.lower(), "other")
+
+
+def event_names(events: pd.DataFrame) -> pd.Series:
+    """The events' names as text: a Series of ``str`` on the index of ``events``, whatever
+    dtype its ``name`` column has (the loader's is a categorical)."""
+    return events["name"].astype(str)
+
+
+def name_matches(events: pd.DataFrame, pattern: str) -> np.ndarray:
+    """Which events' names contain a match of the regular expression ``pattern`` (as
+    ``re.search``; anchor it, ``^...$``, to match whole names): one bool per row of ``events``.
+
+    Each distinct name is tested once, on the categories of the loader's categorical ``name``
+    column (a column of another dtype is made categorical first); a missing name never matches.
+    """
+    names = events["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    hits = names.cat.categories.astype(str).str.contains(pattern, regex=True)
+    return np.append(np.asarray(hits, dtype=bool), False)[names.cat.codes.to_numpy()]

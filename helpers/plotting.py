@@ -16,7 +16,7 @@ from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from .analysis import merge_intervals
+from .intervals import merge_intervals
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS
 
 __all__ = ["plot_rank_timeline", "step_window", "plot_collective_sequences"]
@@ -36,7 +36,7 @@ _LAYER = {k.name: k.layer for k in KINDS}
 
 def step_window(events: pd.DataFrame, step: int) -> tuple[float, float]:
     """``(start_ms, end_ms)`` on the run's axis covering ``ProfilerStep#<step>`` on every rank."""
-    rows = events[events["name"].astype(str) == f"ProfilerStep#{step}"]
+    rows = events[events["name"] == f"ProfilerStep#{step}"]  # a categorical compares as text
     if rows.empty:
         steps = sorted(events["step"].dropna().unique().tolist()) if "step" in events else []
         raise ValueError(

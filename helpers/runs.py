@@ -23,6 +23,7 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ._files import write_atomically
 from .kineto_noise import NOISE
 
 __all__ = [
@@ -77,7 +78,8 @@ class RunRecord:
     """What one launch did: where it wrote, how each rank ended, what it printed.
 
     ``status`` is ``ok``, ``failed``, ``timeout``, ``rendezvous timeout``, ``interrupted``,
-    ``launcher died`` (the process that launched it ended first) or ``running``.
+    ``stopped`` (a background run's ``stop()``), ``launcher died`` (the process that launched
+    it ended first) or ``running``.
     ``exit_codes`` maps each global rank to its exit code: -15 means torchrun
     stopped the rank (SIGTERM) after another one failed; ``None`` means no code was
     reported (the run was killed on a timeout or an interrupt, or the rank's node
@@ -162,10 +164,7 @@ class RunRecord:
         """Write the manifest ``run.json`` (atomically) and return its path."""
         self.files = _list_files(self.run_dir)
         path = self.run_dir / MANIFEST_NAME
-        tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2))
-        os.replace(tmp, path)
-        return path
+        return write_atomically(path, json.dumps(self.to_json(), indent=2))
 
     @classmethod
     def load(cls, run_dir: str | Path) -> RunRecord:
@@ -228,11 +227,9 @@ def _list_files(run_dir: Path) -> dict[str, int]:
     files = {}
     for p in sorted(run_dir.rglob("*")):
         rel = p.relative_to(run_dir)
-        if (
-            p.is_file()
-            and rel.parts[0] != CACHE_DIR
-            and not (p.name.startswith(MANIFEST_NAME) and len(rel.parts) == 1)
-        ):
+        # the manifest itself, or its temporary file while a save writes it (.run.json.*.tmp)
+        manifest = len(rel.parts) == 1 and p.name.lstrip(".").startswith(MANIFEST_NAME)
+        if p.is_file() and CACHE_DIR not in rel.parts and not manifest:  # no cache, anywhere
             files[str(rel)] = p.stat().st_size
     return files
 

@@ -678,13 +678,13 @@ def test_1_2_rejects_a_run_that_did_not_fail():
 def test_2_1_expects_the_steps_that_torch_profiler_schedule_records():
     from torch.profiler import ProfilerAction, schedule
 
-    from helpers.exercises import SCHEDULE_2_1, STEPS_2_1, _recorded_windows
+    from helpers.exercises.lesson02 import SCHEDULE_2_1, STEPS_2_1, recorded_windows
 
     action = schedule(**SCHEDULE_2_1)
     recorded = [s for s in range(STEPS_2_1) if action(s) != ProfilerAction.NONE]
     recorded = [s for s in recorded if action(s) != ProfilerAction.WARMUP]
     saved_after = [s for s in range(STEPS_2_1) if action(s) == ProfilerAction.RECORD_AND_SAVE]
-    windows = _recorded_windows(STEPS_2_1, **SCHEDULE_2_1)
+    windows = recorded_windows(STEPS_2_1, **SCHEDULE_2_1)
     assert [w[-1] for w in windows] == saved_after
     assert sum(windows, []) == recorded
 

@@ -376,3 +376,44 @@ def test_a_widened_bar_at_the_end_stays_inside_the_axis(tmp_path, write):
     }
     fig = plot_rank_timeline(load_trace(write(tmp_path / "r.json", doc)).events, min_width_ms=0.1)
     assert fig.axes[0].get_xlim()[1] == pytest.approx(1.09)
+
+
+def test_names_are_matched_on_the_categorical_and_on_text_alike(two_ranks):
+    import re
+
+    from helpers.kinds import event_names, name_matches
+
+    assert isinstance(two_ranks["name"].dtype, pd.CategoricalDtype)  # what the loader gives
+    names = event_names(two_ranks)
+    assert names.index.equals(two_ranks.index) and all(isinstance(n, str) for n in names)
+    as_text = two_ranks.assign(name=names.astype(object))
+    for pattern in (r"^ProfilerStep#\d+$", "gloo:", "no event has this name"):
+        expected = [re.search(pattern, n) is not None for n in names]
+        assert name_matches(two_ranks, pattern).tolist() == expected
+        assert name_matches(as_text, pattern).tolist() == expected
+    missing = pd.DataFrame({"name": pd.Categorical([None, "gloo:all_reduce"])})
+    assert name_matches(missing, ".*").tolist() == [False, True]
+
+
+def test_the_summaries_give_names_as_text(two_ranks):
+    for table in (top_ops(two_ranks, kind=None), collective_waits(two_ranks)):
+        assert len(table) and table["name"].map(type).eq(str).all()
+
+
+def test_profiling_cost_gives_a_slowdown_per_workload_and_setting():
+    from torch.profiler import ProfilerActivity
+
+    from helpers.overhead import profiling_cost
+
+    settings = {"no profiler": None, "profiler": {}}
+    cost = profiling_cost(
+        {"a": (lambda: None, 3), "b": (lambda: None, 3)},
+        settings,
+        [ProfilerActivity.CPU],
+        "cpu",
+        rounds=2,
+    )
+    assert list(cost.columns) == ["workload", "setting", "slowdown"]
+    assert list(zip(cost["workload"], cost["setting"])) == [(w, s) for w in "ab" for s in settings]
+    assert (cost.loc[cost["setting"] == "no profiler", "slowdown"] == 1.0).all()
+    assert (cost["slowdown"] > 0).all()

@@ -36,9 +36,9 @@ def test_the_package_depends_on_what_helpers_import():
     pins = requirements()
     assert set(declared) <= set(pins), "every dependency of helpers/ is pinned in requirements.txt"
     imported = set()
-    for path in (REPO / "helpers").glob("*.py"):
+    for path in (REPO / "helpers").rglob("*.py"):
         imported |= set(re.findall(r"^(?:import|from) (\w+)", path.read_text(), re.M))
-    third_party = imported & {"torch", "numpy", "pandas", "matplotlib", "msgspec", "psutil"}
+    third_party = imported & {"torch", "numpy", "pandas", "matplotlib", "msgspec", "psutil", "tqdm"}
     assert third_party <= set(declared)
 
 
@@ -58,7 +58,7 @@ def test_ci_runs_the_test_command_of_the_readme():
 def helper_modules():
     import ast
 
-    for path in sorted((REPO / "helpers").glob("*.py")):
+    for path in sorted((REPO / "helpers").rglob("*.py")):
         yield path, ast.parse(path.read_text())
 
 

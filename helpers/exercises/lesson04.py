@@ -1,0 +1,132 @@
+"""The checks of lesson 4's exercises (``notebooks/04_reading_ddp_traces.ipynb``; worked in
+``solutions/04_solutions.ipynb``): where the fast rank waits in the straggler run, and rank 0
+as the straggler, found from the traces alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..analysis import busy_ms, collective_waits, find_straggler, waiting_per_step
+from ..traces import load_run
+from .common import Check, arguments, close, is_run, number, same_value, spelled, whole, wrong_run
+
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "TRAIN_DDP_SCRIPT", "STRAGGLER_FLAGS"]
+
+#: The script the lesson launches (written by lesson 3, brought in with script_from_lesson).
+TRAIN_DDP_SCRIPT = "train_ddp.py"
+#: The flags of train_ddp.py that make a straggler: which rank, and its delay per batch.
+STRAGGLER_FLAGS = ("--slow-rank", "--delay-ms")
+#: The scripts these checks rely on, and the flags of theirs they pass or read.
+SCRIPTS = (TRAIN_DDP_SCRIPT,)
+FLAGS = STRAGGLER_FLAGS
+
+
+def _broadcast_ms_per_rank(events: pd.DataFrame) -> pd.Series:
+    """Median over steps of the wall time each rank spends in broadcasts (two broadcasts at
+    once on two threads count once), in ms: a Series indexed by rank."""
+    waits = collective_waits(events)
+    broadcasts = waits[waits["name"].str.contains("broadcast", case=False)].dropna(subset=["step"])
+    per_step = {
+        key: busy_ms(group["start_us"], group["start_us"] + group["dur_us"])
+        for key, group in broadcasts.groupby(["rank", "step"])
+    }
+    if not per_step:
+        return pd.Series(dtype=float)
+    index = pd.MultiIndex.from_tuples(list(per_step), names=["rank", "step"])
+    return pd.Series(list(per_step.values()), index=index).groupby(level="rank").median()
+
+
+def _where_the_fast_rank_waits(
+    prediction: Any, run: Any = None, events: Any = None
+) -> tuple[bool, str]:
+    """4.1: the rank that waits in broadcasts, and how long per step, in the straggler
+    run. ``events`` is accepted only to say that the check needs the run itself."""
+    if not is_run(run):
+        return False, 'hand the check the straggler run itself: check("04.1", prediction, run=slow)'
+    given = arguments(run)
+    slow_rank = whole(given.get("--slow-rank", -1))
+    delay_ms = number(given.get("--delay-ms", 0))
+    if run.script != TRAIN_DDP_SCRIPT or slow_rank is None or slow_rank < 0 or not delay_ms:
+        return False, (
+            f"this is not a straggler run: use the lesson's run of {TRAIN_DDP_SCRIPT} with "
+            "--slow-rank and --delay-ms (slow)"
+        )
+    per_rank = _broadcast_ms_per_rank(load_run(run).events)
+    if per_rank.empty:
+        return False, "this run's traces have no broadcasts inside profiler steps"
+    if not isinstance(prediction, dict) or {"rank", "ms"} - set(prediction):
+        return False, 'predict a dict {"rank": ..., "ms": ...}'
+    rank, ms = whole(prediction["rank"]), number(prediction["ms"])
+    if rank not in per_rank.index or ms is None:
+        return False, f"the rank is one of {sorted(int(r) for r in per_rank.index)}, ms a number"
+    longest = float(per_rank.max())
+    if rank == slow_rank or not close(float(per_rank[rank]), longest, 0.3, 10):
+        return False, (
+            "the rank that waits is the one that is early: the slow rank joins the "
+            "broadcast last and hardly waits in it"
+        )
+    measured = float(per_rank[rank])
+    if not close(ms, measured, 0.3, 10):
+        return False, (
+            f"rank {rank} is right; the time is off by more than 30 %: the wait is about "
+            f"the delay the other rank adds to its batches, counted once per step"
+        )
+    return True, (
+        f"rank {rank} spends {measured:.0f} ms per step in broadcasts, waiting for the slow rank"
+    )
+
+
+def _rank_0_as_the_straggler(answer: Any, run: Any, baseline: Any) -> tuple[bool, str]:
+    """4.2: the straggler and the others' extra waiting, from the learner's two runs."""
+    wrong = wrong_run(run, TRAIN_DDP_SCRIPT, {"--slow-rank": "0", "--delay-ms": "100"})
+    if wrong:
+        return False, wrong
+    if not is_run(baseline) or baseline.script != TRAIN_DDP_SCRIPT or baseline.status != "ok":
+        return False, "hand the check the lesson's normal run (normal) as baseline"
+    base_args = arguments(baseline)
+    base_slow = whole(base_args.get("--slow-rank", -1))
+    if (base_slow is None or base_slow >= 0) and (number(base_args.get("--delay-ms", 0)) or 0) > 0:
+        return False, "the baseline is the normal run, the one without a slow rank (normal)"
+    run_args = {k: v for k, v in arguments(run).items() if k not in STRAGGLER_FLAGS}
+    base_args = {k: v for k, v in base_args.items() if k not in STRAGGLER_FLAGS}
+    same = set(run_args) == set(base_args) and all(
+        same_value(v, base_args[k]) for k, v in run_args.items()
+    )
+    if not same or run.world_size != baseline.world_size:
+        return False, (
+            f"launch it with the normal run's arguments ({spelled(base_args)}, "
+            f"{baseline.world_size} ranks) plus --slow-rank 0 --delay-ms 100, so that only "
+            f"the straggler differs"
+        )
+    events = load_run(run).events
+    straggler = find_straggler(events)
+    others = [r for r in sorted(events["rank"].unique()) if r != straggler]
+    extra = (
+        waiting_per_step(events).median() - waiting_per_step(load_run(baseline).events).median()
+    )[others].median()
+    if not isinstance(answer, dict) or {"straggler", "extra_wait_ms"} - set(answer):
+        return False, 'answer with a dict {"straggler": ..., "extra_wait_ms": ...}'
+    if whole(answer["straggler"]) != straggler:
+        return False, (
+            "the straggler is the rank that waits least in collectives: everyone is "
+            "already there when it arrives (find_straggler)"
+        )
+    extra_ms = number(answer["extra_wait_ms"])
+    if extra_ms is None or not close(extra_ms, extra, 0.2, 10):
+        return False, (
+            "the straggler is right; the extra waiting is off: compare the median "
+            "waiting_per_step of the other ranks with the normal run's"
+        )
+    return True, (
+        f"rank {straggler} is the straggler, found from the traces alone; the others "
+        f"wait {extra:.0f} ms more per step (injected: 100 ms)"
+    )
+
+
+#: Lesson 4's checks, by exercise number.
+CHECKS: dict[str, Check] = {
+    "04.1": _where_the_fast_rank_waits,
+    "04.2": _rank_0_as_the_straggler,
+}
