@@ -1,6 +1,10 @@
 """Helpers for the Profiling Distributed PyTorch notebooks, one module per job:
 
 - ``launch``: start a script under torchrun, keep a record of the run, stop it whole
+- ``device``: CPU + gloo or GPUs + nccl, and why
+- ``background``: the handle of a run started in the background (``launch_in_background``)
+- ``live``: ask a running job's ranks for their stacks, a profile, Flight Recorder entries
+- ``debug_server``: in a rank, its debug server on loopback (what ``live`` asks)
 - ``runs``: the run folder and its manifest (``RunRecord``), paths as a learner sees them
 - ``recorded``: replay runs that ship with the series, for machines that cannot launch
 - ``traces``: load and check per-rank profiler traces into one DataFrame (the private
@@ -43,6 +47,8 @@ from .analysis import (
     top_ops,
     waiting_per_step,
 )
+from .background import BackgroundRun
+from .debug_server import serve_debug_requests
 from .exercises import check, evaluate
 from .flight_recorder import (
     FlightRecorderError,
@@ -61,9 +67,20 @@ from .launch import (
     RunTimedOut,
     choose_device,
     launch,
+    launch_in_background,
     processes_of_run,
 )
 from .lessons import script_from_lesson
+from .live import (
+    LiveRunError,
+    debug_servers,
+    flight_records_now,
+    listening_sockets,
+    profile_ranks,
+    rank_stacks,
+    wait_counters,
+    where_ranks_are,
+)
 from .overhead import profiling_cost
 from .plotting import plot_collective_sequences, plot_rank_timeline, step_window
 from .recorded import RecordingMissing, use_recorded_runs
@@ -87,6 +104,18 @@ __all__ = [
     "RunTimedOut",
     "RendezvousTimedOut",
     "RunInterrupted",
+    # a run looked at while it goes (lesson 9)
+    "launch_in_background",
+    "BackgroundRun",
+    "serve_debug_requests",
+    "debug_servers",
+    "listening_sockets",
+    "rank_stacks",
+    "where_ranks_are",
+    "profile_ranks",
+    "flight_records_now",
+    "wait_counters",
+    "LiveRunError",
     # traces
     "load_trace",
     "load_run",

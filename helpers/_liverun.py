@@ -153,15 +153,19 @@ class _Run:
                     if self.echo:
                         print(f"[rank{rank}] {text}", flush=True)
 
-    def watch(self, timeout: float) -> str:
+    def watch(self, timeout: float, stop: threading.Event | None = None) -> str:
         """Follow the run until every agent ends (``ok`` or ``failed``: one failed node
-        ends the watch), the timeout passes (``timeout``) or the kernel is interrupted
-        (``interrupted``). The run's processes are stopped in every case."""
+        ends the watch), the timeout passes (``timeout``), the kernel is interrupted
+        (``interrupted``) or ``stop`` is set (``stopped``). The run's processes are stopped
+        in every case."""
         outcome = "ok"
         with _CtrlC() as ctrl_c:
             while not all(a.finished for a in self.agents):
                 if ctrl_c.pressed:
                     outcome = "interrupted"
+                    break
+                if stop is not None and stop.is_set():
+                    outcome = "stopped"
                     break
                 if time.monotonic() - self.t0 > timeout:
                     outcome = "timeout"
@@ -230,6 +234,9 @@ def _conclude(
     where = record.relative_dir()
     if outcome == "ok":
         run.finish("ok", {r: 0 for r in range(record.world_size)})
+        return None
+    if outcome == "stopped":  # asked for (a background run's stop()): not an error
+        run.finish("stopped", unknown)
         return None
     if outcome == "interrupted":
         run.finish("interrupted", unknown)

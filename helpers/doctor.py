@@ -5,7 +5,8 @@ machine cannot run the live lessons (it can then still follow them in recorded m
 the Python version, the pinned packages (importable, at the pinned versions), cores, memory
 and free disk for traces, ``torch.distributed`` with gloo and ``torch.distributed.rpc``, a free
 port on localhost, a real 2-rank gloo job under torchrun and what it listened on (loopback only,
-measured from the socket table while it ran), the GPUs and NCCL where there are GPUs.
+measured from the socket table while it ran), lesson 9's debug server (it starts on loopback and
+answers), the GPUs and NCCL where there are GPUs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .kineto_noise import hide_kineto_noise
 from .recorded import use_recorded_runs
 from .runs import REPO_ROOT, TRACES_ROOT, usable_cores
 
@@ -197,6 +199,30 @@ def _two_rank_job(cpu: bool = True) -> tuple[Check, set]:
     ), watch.seen
 
 
+def _debug_server() -> Check:
+    """Lesson 9's debug server: PyTorch's worker server starts on loopback and answers."""
+    import urllib.request
+
+    from .debug_server import start_worker_server
+
+    name = "debug server"
+    try:
+        server, address = start_worker_server("127.0.0.1")
+    except Exception as err:  # a torch without it, or one that changed the private class
+        return Check(name, "FAIL", f"cannot start ({type(err).__name__}: {err}); lesson 9 needs it")
+    try:
+        ping = urllib.request.Request(f"{address}/handler/ping", data=b"", method="POST")
+        with urllib.request.urlopen(ping, timeout=10) as response:
+            answer = response.read().decode(errors="replace").strip()
+    except OSError as err:
+        answer = f"no answer ({err})"
+    finally:
+        server.shutdown()
+    if answer != "pong":
+        return Check(name, "FAIL", f"started on {address} but answered {answer!r} to ping")
+    return Check(name, "PASS", f"a rank's debug server started on {address} and answered")
+
+
 def _gpus() -> list[Check]:
     import torch
     import torch.distributed as dist
@@ -256,7 +282,7 @@ def run_checks(requirements: Path = REQUIREMENTS) -> list[Check]:
     if checks[1].status == "FAIL":
         return checks
     job, listeners = _two_rank_job()
-    checks += _distributed() + [_port(), job, _network_exposure(listeners)]
+    checks += _distributed() + [_port(), job, _network_exposure(listeners), _debug_server()]
     checks += _gpus()
     return checks
 
@@ -272,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the pinned requirements to check (default: the series')",
     )
     opts = parser.parse_args(argv)
+    hide_kineto_noise()  # the debug server logs its start and stop to stderr
     use_recorded_runs(False)  # the doctor checks live launching, whatever PDP_RECORDED says,
     os.environ.pop("PDP_RECORD", None)  # and its tiny job is never saved as a recording
     checks = run_checks(opts.requirements)

@@ -2,7 +2,9 @@
 
 The CUDA build of PyTorch prints lines such as ``USDT: ... profiler_start`` to file
 descriptor 2 each time a profiler starts or stops, and on a machine without a GPU
-``ERROR: ... gpuGetDeviceCount failed``. They say nothing about your program.
+``ERROR: ... gpuGetDeviceCount failed``; a rank's debug server (lesson 9) logs its start and
+stop from ``WorkerServer.cpp``, with port 0 where it means "a free port". They say nothing
+about your program.
 :func:`hide_kineto_noise` filters exactly those lines from this process's stderr and
 passes every other line through unchanged. The launcher applies the same filter to
 the ranks' output (their log files keep everything).
@@ -15,7 +17,7 @@ import re
 import threading
 
 #: Lines that are noise from the profiler's C++ side, not messages for you.
-NOISE = re.compile(r"USDT:|gpuGetDeviceCount failed|cudaGetDeviceCount|CUPTI")
+NOISE = re.compile(r"USDT:|gpuGetDeviceCount failed|cudaGetDeviceCount|CUPTI|WorkerServer\.cpp")
 
 __all__ = ["NOISE", "hide_kineto_noise"]
 

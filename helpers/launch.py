@@ -36,7 +36,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,8 @@ from ._listeners import (
     loopback_interface,
 )
 from ._liverun import _conclude, _Run
+from .background import BackgroundRun
+from .device import Device, choose_device
 from .runs import (
     LOGS_DIR,
     MANIFEST_NAME,
@@ -66,6 +69,8 @@ from .runs import (
 
 __all__ = [
     "launch",
+    "launch_in_background",
+    "BackgroundRun",
     "Device",
     "choose_device",
     "free_port",
@@ -81,58 +86,6 @@ __all__ = [
     "RendezvousTimedOut",
     "RunInterrupted",
 ]
-
-# ----------------------------------------------------------------------------- device
-
-
-@dataclass(frozen=True)
-class Device:
-    """Where the ranks run: ``kind`` ``cpu`` or ``cuda``, ``backend`` ``gloo`` or ``nccl``,
-    ``gpus`` visible GPUs, and ``reason``: the choice in one sentence."""
-
-    kind: str
-    backend: str
-    gpus: int
-    reason: str
-
-    def nproc(self, cpu: int = 2) -> int:
-        """Ranks per node: one per GPU on a GPU node, ``cpu`` on the CPU."""
-        return self.gpus if self.kind == "cuda" else cpu
-
-
-def _visible_gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # no torch, or a broken driver: no GPU
-        return 0
-
-
-def choose_device(cpu: bool = False, min_gpus: int = 2, gpus: int | None = None) -> Device:
-    """CPU + gloo, or GPUs + nccl (one rank per GPU), and why.
-
-    GPUs are used when at least ``min_gpus`` are visible (2 for a DDP job: each rank needs
-    a GPU of its own, and one rank is not a distributed job); with fewer, the ranks run on
-    the CPU with gloo. ``cpu=True`` forces the CPU; in recorded mode the device is the
-    recordings' (the CPU). ``gpus`` overrides the count (for tests).
-    """
-    if recorded.replaying():
-        return Device("cpu", "gloo", 0, "recorded mode: the runs are replayed from CPU recordings")
-    n = _visible_gpus() if gpus is None else gpus
-    if cpu:
-        return Device("cpu", "gloo", n, "the CPU was asked for (cpu=True)")
-    if n >= min_gpus:
-        return Device("cuda", "nccl", n, f"{n} GPUs visible: one rank per GPU, nccl")
-    if n == 0:
-        return Device("cpu", "gloo", 0, "no GPU visible: ranks on the CPU, gloo")
-    return Device(
-        "cpu",
-        "gloo",
-        n,
-        f"{n} GPU visible but {min_gpus} needed (a GPU per rank): ranks on the CPU, gloo",
-    )
-
 
 # ------------------------------------------------------------------ the steps of a launch
 
@@ -272,31 +225,80 @@ def _run_folders(
 
 
 def _watch_run(
-    record: RunRecord,
-    programs: list[list[str]],
-    env: dict[str, str],
-    node_dirs: Sequence[Path],
-    echo: bool,
+    prepared: _Prepared,
     timeout: float,
     rdzv_timeout: float,
-    start_nodes: int,
+    stop: threading.Event | None = None,
+    on_start: Callable[[_Run], None] | None = None,
 ) -> RunRecord:
-    """Start the agents' ``programs`` under the run's guard and follow them to the end: the
-    record, or the error of the run raised. No process of the run outlives an exception."""
+    """Start the agents of a ``prepared`` run under the run's guard and follow them to the end
+    (or until ``stop`` is set; ``on_start`` is handed the live run): the record, or the error
+    of the run raised. No process of the run outlives an exception."""
+    record = prepared.record
     guard, guard_pipe = start_guard(record.run_dir / MANIFEST_NAME, record.run_id)
     try:
-        run = _Run(record, programs, env, node_dirs, echo)
-        error = _conclude(run, run.watch(timeout), timeout, rdzv_timeout, start_nodes)
+        run = _Run(record, prepared.programs, prepared.env, prepared.node_dirs, prepared.echo)
+        if on_start is not None:
+            on_start(run)
+        outcome = run.watch(timeout, stop)
+        error = _conclude(run, outcome, timeout, rdzv_timeout, prepared.start_nodes)
     except BaseException:
         stop_run_processes([], record.run_id)
         raise
     finally:
         release_guard(guard, guard_pipe)
     if recorded.recording():
-        recorded.save_recording(record, list(run.echoed), error, start_nodes)
+        recorded.save_recording(record, list(run.echoed), error, prepared.start_nodes)
     if error is not None:
         raise error
     return record
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A run ready to start: its record (and manifest), the agents' programs and environment,
+    each node's folder."""
+
+    record: RunRecord
+    programs: list[list[str]]
+    env: dict[str, str]
+    node_dirs: list[Path]
+    echo: bool
+    start_nodes: int
+
+
+def _prepare(
+    script: Path,
+    nproc: int,
+    device: Device,
+    options: dict,
+) -> _Prepared:
+    """Everything a live launch does before its processes start (``options``: the keyword
+    arguments of :func:`launch`)."""
+    o = options
+    interface, addresses = _listen_addresses(nproc, o["nnodes"], o["interface"], o["netns"])
+    run_id, run_dir, node_dirs = _run_folders(
+        o["experiment"] or script.stem, o["traces_root"], o["nnodes"]
+    )
+    commands = _agent_commands(
+        script,
+        o["args"],
+        nproc,
+        o["nnodes"],
+        run_id,
+        node_dirs,
+        o["rdzv_timeout"],
+        addresses,
+        o["netns"],
+    )
+    record = _new_record(
+        script, o["args"], nproc, o["nnodes"], device, run_dir, commands[0], o["echo"]
+    )
+    programs = [_with_bound_stores(c, a) for c, a in zip(commands, addresses)]
+    env = _rank_environment(device, run_id, interface, o["env"])
+    return _Prepared(
+        record, programs[: o["start_nodes"]], env, node_dirs, o["echo"], o["start_nodes"]
+    )
 
 
 def launch(
@@ -341,20 +343,66 @@ def launch(
     of the run survives them, nor the death of the calling process. ``run.json`` is written
     in every case. In recorded mode the matching recorded run is replayed instead.
     """
-    script = _existing_script(script)
-    start_nodes = nnodes if start_nodes is None else start_nodes
-    device = choose_device(cpu=cpu)  # in recorded mode: the recordings' CPU
-    nproc = nproc or device.nproc()
+    options = dict(locals())
+    script, nproc, device = _script_and_ranks(script, nproc, cpu)
+    options["start_nodes"] = nnodes if start_nodes is None else start_nodes
     if recorded.replaying():
-        return recorded.replay(
-            script, nproc, experiment or script.stem, args, nnodes, start_nodes, echo, traces_root
-        )
-    interface, addresses = _listen_addresses(nproc, nnodes, interface, netns)
-    run_id, run_dir, node_dirs = _run_folders(experiment or script.stem, traces_root, nnodes)
-    commands = _agent_commands(
-        script, args, nproc, nnodes, run_id, node_dirs, rdzv_timeout, addresses, netns
+        return _replay(script, nproc, options)
+    return _watch_run(_prepare(script, nproc, device, options), timeout, rdzv_timeout)
+
+
+def _script_and_ranks(script: str | Path, nproc: int | None, cpu: bool) -> tuple[Path, int, Device]:
+    """The script (which must exist), the ranks per node, and the device of a launch."""
+    script = _existing_script(script)
+    device = choose_device(cpu=cpu)  # in recorded mode: the recordings' CPU
+    return script, nproc or device.nproc(), device
+
+
+def _replay(script: Path, nproc: int, options: dict) -> RunRecord:
+    """The launch answered by its recording (recorded mode)."""
+    o = options
+    return recorded.replay(
+        script,
+        nproc,
+        o["experiment"] or script.stem,
+        o["args"],
+        o["nnodes"],
+        o["start_nodes"],
+        o["echo"],
+        o["traces_root"],
     )
-    record = _new_record(script, args, nproc, nnodes, device, run_dir, commands[0], echo)
-    programs = [_with_bound_stores(c, a) for c, a in zip(commands, addresses)][:start_nodes]
-    env = _rank_environment(device, run_id, interface, env)
-    return _watch_run(record, programs, env, node_dirs, echo, timeout, rdzv_timeout, start_nodes)
+
+
+def launch_in_background(
+    script: str | Path,
+    nproc: int | None = None,
+    *,
+    experiment: str | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 300.0,
+    echo: bool = False,
+    cpu: bool = False,
+    env: dict[str, str] | None = None,
+    traces_root: str | Path | None = None,
+    interface: str | None = None,
+) -> BackgroundRun:
+    """Start ``script`` under torchrun like :func:`launch`, but return at once: a
+    :class:`BackgroundRun` to look at the run while it goes (its folder, its ranks' output),
+    then ``wait()`` for its end or ``stop()`` it.
+
+    The arguments are :func:`launch`'s (one node). ``echo`` is off by default: the run's lines
+    are kept (``output()``) rather than printed into whichever cell runs at that moment.
+    Every guarantee of :func:`launch` holds: the run's errors are raised by ``wait()``; no
+    process of the run outlives ``stop()``, the timeout, or the process that started it (a
+    notebook kernel restarted or killed included). In recorded mode the recording is
+    replayed: the handle is already finished, with the recorded files and output.
+    """
+    options = dict(locals(), nnodes=1, start_nodes=1, rdzv_timeout=60.0, netns=())
+    script, nproc, device = _script_and_ranks(script, nproc, cpu)
+    if recorded.replaying():
+        return BackgroundRun.replayed(lambda: _replay(script, nproc, options))
+    prepared = _prepare(script, nproc, device, options)
+    return BackgroundRun(
+        prepared.record,
+        lambda stop, on_start: _watch_run(prepared, timeout, 60.0, stop, on_start),
+    )

@@ -178,6 +178,8 @@ def script(write_script) -> Path:
 #: minute: marked ``slow``, so that ``pytest -m "not slow" tests`` is a quick loop of the rest.
 SLOW_MODULES = {
     "test_launch",
+    "test_background",
+    "test_live",
     "test_security",
     "test_flight_recorder",
     "test_rpc_failures",

@@ -24,6 +24,7 @@ def test_this_machine_is_ready_for_the_live_lessons():
     assert done.returncode == 0, done.stdout
     assert "PASS  2-rank gloo job" in done.stdout
     assert "PASS  torch.distributed.rpc" in done.stdout
+    assert "PASS  debug server" in done.stdout and "127.0.0.1" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith("READY")
 
 

@@ -12,6 +12,7 @@ replayed from ``recordings/`` (real traces, no launch), each replayed once per m
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import pickle
 import re
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from conftest import BASE_NS, REPO, write_doc
+from helpers.background import BackgroundRun
 from helpers.exercises import CHECKS, MUST_PASS_ENV, ExerciseNotSolved, check, evaluate
 from helpers.launch import LaunchError, RankFailed
 from helpers.recorded import RECORDINGS_ROOT, replay
@@ -552,6 +554,8 @@ def right_evidence(
     two_node_events,
     broadcast_at_step_3,
     skipped_at_step_4,
+    rank0_slowed,
+    hung_at_15,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
     from helpers.analysis import clock_offsets, shift_ranks
@@ -594,6 +598,8 @@ def right_evidence(
         ),
         "08.1": (5, {"error": broadcast_at_step_3}),
         "08.2": ({"seq": 7, "rank": 1}, {"error": skipped_at_step_4}),
+        "09.1": (0, {"job": rank0_slowed[0], "profile": rank0_slowed[2]}),
+        "09.2": ({"seq": HUNG_SEQ, "line": wait_line()}, {"job": hung_at_15}),
     }
 
 
@@ -1075,3 +1081,118 @@ def test_8_2_rejects_the_step_number_given_as_the_sequence_number(skipped_at_ste
 def test_8_2_rejects_the_lessons_run_of_another_bug(lesson_run):
     answer = {"seq": 7, "rank": 1}
     assert rejected(evaluate("08.2", answer, error=lesson_run("hang")), "--bug was different")
+
+
+# --------------------------------------------------------------------------- lesson 9
+
+#: The collective that rank 1 never called in the lesson's recorded hang (its output says so).
+HUNG_SEQ = 63
+
+
+def wait_line() -> int:
+    """The line of the lesson's script where rank 0 waits: its ``loss.backward()``."""
+    script = next(
+        "".join(c["source"])
+        for c in cells(LESSONS[8])
+        if "".join(c["source"]).startswith("%%writefile live_train.py")
+    )
+    lines = script.splitlines()[1:]
+    return next(n for n, text in enumerate(lines, start=1) if "loss.backward()" in text)
+
+
+@pytest.fixture(scope="module")
+def lesson_job(lesson_run) -> BackgroundRun:
+    """Lesson 9's job (rank 1 slowed by 40 ms mid-run) with its live answers, replayed."""
+    return BackgroundRun.replayed(lambda: lesson_run("live"))
+
+
+@pytest.fixture(scope="module")
+def rank0_slowed(tmp_path_factory, lesson_job) -> tuple[BackgroundRun, Any, Any]:
+    """Exercise 9.1's evidence: the lesson's two live profiles with their ranks swapped (so that
+    rank 0 is the one slowed), in a job whose slow_down.json asks rank 0 for 30 ms; the job,
+    the profile before the slow-down and the one after."""
+    from helpers import load_run
+    from helpers.live import saved_answers
+
+    record = fake_run(tmp_path_factory.mktemp("slowed"), "live_train.py", status="stopped")
+    profiles = []
+    for number, answer in enumerate(saved_answers(lesson_job, "profile"), start=1):
+        folder = record.run_dir / "live" / f"{number:02d}-profile"
+        folder.mkdir(parents=True)
+        for rank in (0, 1):
+            doc = json.loads((answer / f"rank{rank}_live.json").read_text())
+            doc["distributedInfo"]["rank"] = 1 - rank
+            (folder / f"rank{1 - rank}_live.json").write_text(json.dumps(doc))
+        profiles.append(load_run(folder, cache=False))
+    (record.run_dir / "slow_down.json").write_text(json.dumps({"rank": 0, "ms": 30}))
+    return BackgroundRun.replayed(lambda: record), profiles[0], profiles[-1]
+
+
+@pytest.fixture(scope="module")
+def hung_at_15(lesson_run) -> BackgroundRun:
+    """Exercise 9.2's evidence: the lesson's hung job, with the stacks and Flight Recorder
+    entries it answered while it hung, as if launched with --hang-at 15."""
+    record = dataclasses.replace(lesson_run("live-hang"), args=["--hang-at", "15"])
+    return BackgroundRun.replayed(lambda: record)
+
+
+def test_9_1_rejects_the_record_that_stop_returned_instead_of_the_handle(rank0_slowed):
+    job, _, after = rank0_slowed
+    record = job.stop()
+    assert rejected(evaluate("09.1", 0, job=record, profile=after), "hand the check the handle")
+
+
+def test_9_1_rejects_the_rank_that_does_the_waiting(rank0_slowed):
+    job, _, after = rank0_slowed
+    assert rejected(evaluate("09.1", 1, job=job, profile=after), "which rank waits least")
+
+
+def test_9_1_rejects_the_lessons_job_where_rank_1_was_slowed(lesson_job):
+    from helpers import load_run
+    from helpers.live import saved_answers
+
+    after = load_run(saved_answers(lesson_job, "profile")[-1], cache=False)
+    assert rejected(evaluate("09.1", 1, job=lesson_job, profile=after), "slow rank 0 by 30 ms")
+
+
+def test_9_1_rejects_a_profile_taken_before_the_slow_down(rank0_slowed):
+    job, before, _ = rank0_slowed
+    assert rejected(evaluate("09.1", 0, job=job, profile=before), "taken before the slow-down")
+
+
+def test_9_1_rejects_a_profile_of_another_job(rank0_slowed, lesson_job):
+    from helpers import load_run
+    from helpers.live import saved_answers
+
+    job, _, _ = rank0_slowed
+    other = load_run(saved_answers(lesson_job, "profile")[-1], cache=False)
+    assert rejected(evaluate("09.1", 0, job=job, profile=other), "taken from another job")
+
+
+def test_9_2_rejects_the_record_that_stop_returned_instead_of_the_handle(hung_at_15):
+    answer = {"seq": HUNG_SEQ, "line": wait_line()}
+    record = hung_at_15.stop()
+    assert rejected(evaluate("09.2", answer, job=record), "hand the check the handle")
+
+
+def test_9_2_rejects_the_lessons_hang_at_another_step(lesson_run):
+    job = BackgroundRun.replayed(lambda: lesson_run("live-hang"))
+    answer = {"seq": HUNG_SEQ, "line": wait_line()}
+    assert rejected(evaluate("09.2", answer, job=job), "--hang-at was 30")
+
+
+def test_9_2_rejects_the_second_collective_rank_0_started(hung_at_15):
+    answer = {"seq": HUNG_SEQ + 1, "line": wait_line()}
+    assert rejected(evaluate("09.2", answer, job=hung_at_15), "its seq")
+
+
+def test_9_2_rejects_the_line_of_the_rank_that_went_off(hung_at_15):
+    answer = {"seq": HUNG_SEQ, "line": wait_line() - 3}  # rank 1's time.sleep(3600)
+    assert rejected(evaluate("09.2", answer, job=hung_at_15), "the line of rank 0")
+
+
+def test_9_2_rejects_a_job_that_was_never_asked(tmp_path):
+    record = fake_run(tmp_path, "live_train.py", ["--hang-at", "15"], status="stopped")
+    job = BackgroundRun.replayed(lambda: record)
+    answer = {"seq": HUNG_SEQ, "line": wait_line()}
+    assert rejected(evaluate("09.2", answer, job=job), "while it hangs, ask")

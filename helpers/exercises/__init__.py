@@ -19,7 +19,7 @@ prints the verdict for the learner. With the environment variable ``PDP_CHECKS_M
 worked solution that stops passing its check fails its notebook; an exercise not answered yet
 never raises.
 
-The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson08``
+The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson09``
 (``common`` holds what they share). To add the checks of lesson NN:
 
 1. Write ``helpers/exercises/lessonNN.py``: a docstring naming the lesson's notebook
@@ -50,6 +50,7 @@ from . import (
     lesson06,
     lesson07,
     lesson08,
+    lesson09,
 )
 from .common import Check
 
@@ -65,6 +66,7 @@ LESSONS: tuple[ModuleType, ...] = (
     lesson06,
     lesson07,
     lesson08,
+    lesson09,
 )
 
 #: Set to 1 to make :func:`check` raise on a wrong answer (CI runs the solutions so).

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..kinds import name_matches
 from ..traces import load_run
 from .common import Check, close, number, whole, wrong_run
 
@@ -60,7 +61,7 @@ def _how_long_a_profiled_call_lasts(prediction_ms: Any, run: Any) -> tuple[bool,
     if wrong:
         return False, wrong
     events = _per_worker_events(run)
-    marks = events[(events["rank"] == 0) & events["name"].astype(str).str.contains(CALL_MARK)]
+    marks = events[(events["rank"] == 0).to_numpy() & name_matches(events, CALL_MARK)]
     if marks.empty:
         return False, "the caller's trace has no rpc_async#udf_with_ops marks: launch it again"
     shortest = float(marks["dur_us"].min()) / 1e3
@@ -94,7 +95,9 @@ def _six_concurrent_calls(counts: Any, legacy_run: Any, per_worker_run: Any) -> 
         return False, wrong or f"the legacy run has no {LEGACY_SUMMARY}: launch it again"
     summary = json.loads(summary_path.read_text())
     events = _per_worker_events(per_worker_run)
-    served = events[(events["rank"] == 1) & events["name"].astype(str).str.fullmatch(SERVED_CALL)]
+    served = events[
+        (events["rank"] == 1).to_numpy() & name_matches(events, rf"^(?:{SERVED_CALL})$")
+    ]
     truth = {"legacy": summary["udf_calls_recorded"], "per_worker": len(served)}
     if not isinstance(counts, dict) or set(counts) != set(truth):
         return False, 'answer with {"legacy": ..., "per_worker": ...}'
