@@ -44,18 +44,15 @@ class BackgroundRun:
         self._thread.start()
 
     @classmethod
-    def replayed(cls, replay: Callable[[], RunRecord]) -> BackgroundRun:
+    def from_recording(cls, replay: Callable[[], RunRecord]) -> BackgroundRun:
         """A handle on a recorded run (recorded mode): finished, with the recording's files,
         output and error (raised by ``wait()``)."""
         job = cls.__new__(cls)
-        job.replayed, job._stop, job._live, job._error = True, threading.Event(), None, None
+        job.replayed, job._stop, job._live, job._error, job._thread = True, None, None, None, None
         try:
             job.record = replay()
         except LaunchError as err:  # the recorded run failed: wait() raises it
             job.record, job._error = err.record, err
-        job._thread = threading.Thread(target=lambda: None)
-        job._thread.start()
-        job._thread.join()
         return job
 
     def _follow(self, follow: Follow) -> None:
@@ -74,8 +71,8 @@ class BackgroundRun:
 
     @property
     def running(self) -> bool:
-        """True while the run's processes are going."""
-        return self._thread.is_alive()
+        """True while the run's processes are going (never for a recorded run)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def output(self, rank: int | None = None) -> dict[int, list[str]] | list[str]:
         """What the ranks printed (the last lines of each): ``{rank: lines}``, or one rank's
@@ -93,11 +90,12 @@ class BackgroundRun:
         wanted = re.compile(pattern)
         deadline = time.monotonic() + timeout
         while True:
+            running = self.running  # before reading the output: its last lines come before the end
             for rank, lines in self.output().items():
                 for line in lines:
                     if wanted.search(line):
                         return f"[rank{rank}] {line}"
-            if not self.running:
+            if not running:
                 self._raise_error()
                 raise TimeoutError(
                     f"run {self.record.relative_dir()} ended ({self.record.status}) and no rank "
@@ -116,13 +114,13 @@ class BackgroundRun:
         going on. Interrupting the kernel while waiting stops the run (RunInterrupted)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while self._thread.is_alive():
+            while self.running:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(
                         f"run {self.record.relative_dir()} is still running after {timeout:g} s "
                         f"of waiting; it goes on: stop() ends it"
                     )
-                self._thread.join(0.1)
+                self._thread.join(0.1)  # running: the thread exists
         except KeyboardInterrupt:
             self.stop()
             raise RunInterrupted(
@@ -141,17 +139,21 @@ class BackgroundRun:
         """End the run now (every process of it) and return its record, status ``stopped``
         (or how it ended, if it had ended already). Not an error; a run that had failed
         before raises its error here too."""
-        self._stop.set()
-        self._thread.join()
+        self._end()
         self._raise_error()
         return self.record
+
+    def _end(self) -> None:
+        """Ask the thread to stop the run, and wait until it has."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
 
     def __enter__(self) -> BackgroundRun:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._end()
 
     def __repr__(self) -> str:
         state = "running" if self.running else self.record.status

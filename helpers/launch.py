@@ -400,7 +400,7 @@ def launch_in_background(
     options = dict(locals(), nnodes=1, start_nodes=1, rdzv_timeout=60.0, netns=())
     script, nproc, device = _script_and_ranks(script, nproc, cpu)
     if recorded.replaying():
-        return BackgroundRun.replayed(lambda: _replay(script, nproc, options))
+        return BackgroundRun.from_recording(lambda: _replay(script, nproc, options))
     prepared = _prepare(script, nproc, device, options)
     return BackgroundRun(
         prepared.record,

@@ -23,12 +23,12 @@ that has ended are each a :class:`LiveRunError` that says which.
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
 import linecache
 import re
 import time
-import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -101,7 +101,8 @@ def _ended(job: BackgroundRun, what: str) -> str:
 def saved_answers(job: BackgroundRun, question: str) -> list[Path]:
     """The folders keeping the answers to ``question`` (``stacks``, ``profile``, ``flight``,
     ``wait-counters``, ``sockets``) asked of this job so far, oldest first."""
-    return sorted((job.run_dir / LIVE_FOLDER).glob(f"[0-9][0-9]-{question}"))
+    found = (job.run_dir / LIVE_FOLDER).glob(f"[0-9]*-{question}")
+    return sorted(found, key=lambda folder: int(folder.name.split("-", 1)[0]))
 
 
 def _answer_folder(job: BackgroundRun, question: str) -> Path:
@@ -140,7 +141,7 @@ def _ask_every_rank(job: BackgroundRun, handler: str, timeout: float) -> dict[in
     def ask(rank: int) -> bytes | str:
         try:
             return _post(servers.at[rank, "address"], handler, timeout)
-        except (OSError, urllib.error.URLError, LiveRunError) as err:
+        except (OSError, http.client.HTTPException, LiveRunError) as err:  # URLError too
             return f"rank {rank} ({servers.at[rank, 'address']}): {getattr(err, 'reason', err)}"
 
     with ThreadPoolExecutor(max_workers=len(servers)) as pool:
@@ -162,6 +163,7 @@ _FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 def _frames(rank: int, text: str) -> list[dict]:
     """The frames of Python's traceback dump ``text`` (faulthandler's format, innermost first):
     one dict per frame, ``depth`` 0 the innermost."""
+    linecache.checkcache()  # a script rewritten since it was last read: its new lines
     rows, thread, depth = [], None, 0
     for line in text.splitlines():
         head = _THREAD.match(line)
@@ -199,16 +201,17 @@ def saved_stacks(folder: Path) -> pd.DataFrame:
 
 
 def lines_in_script(stacks: pd.DataFrame, script: str) -> pd.DataFrame:
-    """One row per rank of ``stacks``: its innermost frame in the file named ``script`` (the
-    line it is on in that script), with ``line, function, code``."""
+    """One row per rank of ``stacks``: its innermost frame in the file named ``script``, of
+    whichever thread runs the script (the line it is on in that script), with ``line,
+    function, code``."""
     in_script = stacks[stacks["file"].map(lambda f: Path(f).name) == script]
     innermost = in_script.sort_values(["rank", "depth"]).groupby("rank").head(1)
     return innermost.set_index("rank")[["line", "function", "code"]]
 
 
 def where_ranks_are(job: BackgroundRun, timeout: float = 10.0) -> pd.DataFrame:
-    """One row per rank: the line of the run's script it is on now (the innermost frame in
-    the script, of the thread running it), with the function and the line's text."""
+    """One row per rank: the line of the run's script it is on now (:func:`lines_in_script`),
+    with the function and the line's text."""
     here = lines_in_script(rank_stacks(job, timeout), job.record.script)
     return here.reindex(range(job.record.world_size))
 

@@ -1103,7 +1103,7 @@ def wait_line() -> int:
 @pytest.fixture(scope="module")
 def lesson_job(lesson_run) -> BackgroundRun:
     """Lesson 9's job (rank 1 slowed by 40 ms mid-run) with its live answers, replayed."""
-    return BackgroundRun.replayed(lambda: lesson_run("live"))
+    return BackgroundRun.from_recording(lambda: lesson_run("live"))
 
 
 @pytest.fixture(scope="module")
@@ -1125,7 +1125,7 @@ def rank0_slowed(tmp_path_factory, lesson_job) -> tuple[BackgroundRun, Any, Any]
             (folder / f"rank{1 - rank}_live.json").write_text(json.dumps(doc))
         profiles.append(load_run(folder, cache=False))
     (record.run_dir / "slow_down.json").write_text(json.dumps({"rank": 0, "ms": 30}))
-    return BackgroundRun.replayed(lambda: record), profiles[0], profiles[-1]
+    return BackgroundRun.from_recording(lambda: record), profiles[0], profiles[-1]
 
 
 @pytest.fixture(scope="module")
@@ -1133,7 +1133,7 @@ def hung_at_15(lesson_run) -> BackgroundRun:
     """Exercise 9.2's evidence: the lesson's hung job, with the stacks and Flight Recorder
     entries it answered while it hung, as if launched with --hang-at 15."""
     record = dataclasses.replace(lesson_run("live-hang"), args=["--hang-at", "15"])
-    return BackgroundRun.replayed(lambda: record)
+    return BackgroundRun.from_recording(lambda: record)
 
 
 def test_9_1_rejects_the_record_that_stop_returned_instead_of_the_handle(rank0_slowed):
@@ -1176,7 +1176,7 @@ def test_9_2_rejects_the_record_that_stop_returned_instead_of_the_handle(hung_at
 
 
 def test_9_2_rejects_the_lessons_hang_at_another_step(lesson_run):
-    job = BackgroundRun.replayed(lambda: lesson_run("live-hang"))
+    job = BackgroundRun.from_recording(lambda: lesson_run("live-hang"))
     answer = {"seq": HUNG_SEQ, "line": wait_line()}
     assert rejected(evaluate("09.2", answer, job=job), "--hang-at was 30")
 
@@ -1193,6 +1193,6 @@ def test_9_2_rejects_the_line_of_the_rank_that_went_off(hung_at_15):
 
 def test_9_2_rejects_a_job_that_was_never_asked(tmp_path):
     record = fake_run(tmp_path, "live_train.py", ["--hang-at", "15"], status="stopped")
-    job = BackgroundRun.replayed(lambda: record)
+    job = BackgroundRun.from_recording(lambda: record)
     answer = {"seq": HUNG_SEQ, "line": wait_line()}
     assert rejected(evaluate("09.2", answer, job=job), "while it hangs, ask")

@@ -99,7 +99,10 @@ def _a_hang_diagnosed_live(answer: Any, job: Any = None) -> tuple[bool, str]:
         return False, f"its Flight Recorder answer cannot be read ({err}): ask again"
     waiting = lines_in_script(saved_stacks(stacks[-1]), LIVE_SCRIPT)
     if mismatch is None or 0 not in waiting.index or WAIT_LINE not in waiting.at[0, "code"]:
-        return False, "the job was not hanging yet when you asked: wait for 'skips step', then ask"
+        return (
+            False,
+            "the job was not hanging yet when you asked: wait for 'skips step', then a second, then ask",
+        )
     if not isinstance(answer, dict) or {"seq", "line"} - set(answer):
         return False, 'answer with {"seq": ..., "line": ...}'
     if whole(answer["seq"]) != mismatch.seq:
