@@ -10,6 +10,7 @@
 - ``traces``: load and check per-rank profiler traces into one DataFrame (the private
   ``_trace*`` modules read, decode and cache the files)
 - ``trace_export``: one merged trace for Perfetto; gather the nodes' folders of a run
+- ``rank_by_rank``: a run too large to load whole, analysed one rank at a time
 - ``kinds``: the kinds of trace event (how each is recognised, its colour), defined once
 - ``intervals``: wall time of overlapping intervals, counted once
 - ``analysis``: step times, time per kind, top ops, time by source line, GPU idle time
@@ -83,6 +84,7 @@ from .live import (
 )
 from .overhead import profiling_cost
 from .plotting import plot_collective_sequences, plot_rank_timeline, step_window
+from .rank_by_rank import RunSummary, summarise_run
 from .recorded import RecordingMissing, use_recorded_runs
 from .runs import RunRecord, new_run_dir, show_path
 from .trace_export import gather_traces, merge_traces
@@ -125,6 +127,8 @@ __all__ = [
     "RunTraces",
     "TraceError",
     "TraceWarning",
+    "summarise_run",
+    "RunSummary",
     # kinds, analysis, plots
     "KINDS",
     "KIND_NAMES",

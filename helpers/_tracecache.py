@@ -206,3 +206,47 @@ def _sweep(cache_dir: Path) -> None:
                 pass  # gone already, or not ours to remove
     except OSError:
         pass
+
+
+# ---------------------------------------------------------- one rank's events, as Parquet
+
+
+def rank_cache_file(path: Path) -> Path | None:
+    """Where one rank's trace ``path`` keeps its events as Parquet (``.cache/`` of its folder):
+    the name changes when the file (its path, size, modification time) or the loader changes.
+    None when the file cannot be looked at."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stat = [str(path.resolve()), st.st_size, st.st_mtime_ns]
+    key = json.dumps([LOADER_VERSION, _loader_fingerprint(), stat])
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    return path.parent / CACHE_DIR / f"rank-{path.name}-{digest}.parquet"
+
+
+def read_rank(cache: Path) -> pd.DataFrame | None:
+    """One rank's cached events, or None when there is no usable cache."""
+    try:
+        events = pd.read_parquet(cache)
+    except Exception:  # missing, half-written by a killed writer, or unreadable: no cache
+        return None
+    for name in events.columns:  # Parquet gives an empty category list no type: the loader's
+        column = events[name]
+        if isinstance(column.dtype, pd.CategoricalDtype) and column.cat.categories.dtype == object:
+            events[name] = column.cat.set_categories(column.cat.categories.astype("str"))
+    return events
+
+
+def write_rank(cache: Path, events: pd.DataFrame) -> None:
+    """Keep one rank's events as Parquet (older caches of the same file go); a cache that
+    cannot be written is no cache, not a failed load."""
+    try:
+        with atomic_file(cache) as file:
+            events.to_parquet(file, index=False)
+        prefix = cache.name.rsplit("-", 1)[0]
+        for old in cache.parent.glob(f"{prefix}-*.parquet"):
+            if old != cache:
+                old.unlink(missing_ok=True)
+    except Exception:
+        pass

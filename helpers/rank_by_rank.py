@@ -1,0 +1,180 @@
+"""Analyses of a run too large to load whole: one rank at a time, in bounded memory.
+
+:func:`helpers.load_run` builds one DataFrame of every event of every rank: a run of hundreds of
+ranks with traces of 100 MB each does not fit in a laptop's memory that way. Most analyses of the
+series need far less than every event. Step times need the steps; time per kind needs each
+rank's events only while its row is computed; waiting in collectives needs the collectives of
+every rank (the only part where ranks meet), a few thousand rows per rank.
+
+:func:`summarise_run` reads one rank's file at a time (in ``workers`` processes at once), keeps
+of it its steps, its collectives and its row of time per kind, and lets the rest go; the
+:class:`RunSummary` it returns answers ``step_times()``, ``time_per_kind()``,
+``collective_waits()``, ``waiting_per_step()`` and ``find_straggler()`` with the very functions of
+:mod:`helpers.analysis` and :mod:`helpers.collectives`, run on those parts, so that the tables are
+the same as from the whole run in memory (the tests compare them). Memory peaks at what the
+workers hold, about one rank's DataFrame each, plus the parts kept.
+
+Each rank's events are kept as Parquet beside its file (:func:`rank_events`), so a second pass
+decodes no JSON, and other engines read the same files: ``examples/rank_by_rank_on_dask.py``
+hands :func:`kept_of_rank` and :func:`summary_of` to a Dask cluster, for a job whose traces are
+too many for one machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import _tracecache
+from ._progress import progress_bar
+from .analysis import step_times, time_per_kind
+from .collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
+from .kinds import name_matches
+from .runs import usable_cores
+from .traces import TraceError, load_trace, trace_files
+
+__all__ = [
+    "RunSummary",
+    "summarise_run",
+    "rank_events",
+    "kept_of_rank",
+    "kept_of_file",
+    "summary_of",
+]
+
+
+@dataclass
+class RunSummary:
+    """What :func:`summarise_run` kept of a run: ``steps`` and ``collectives`` (those events of
+    every rank, with every column of the loader), ``kind_ms`` (time per kind, one row per rank),
+    the ``files`` read and their ``bytes``."""
+
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+    kind_ms: pd.DataFrame
+    files: list[Path] = field(default_factory=list)
+    bytes: int = 0
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.kind_ms.index)
+
+    def step_times(self) -> pd.DataFrame:
+        """:func:`helpers.step_times` of the whole run."""
+        return step_times(self.steps)
+
+    def time_per_kind(self) -> pd.DataFrame:
+        """:func:`helpers.time_per_kind` of the whole run."""
+        return self.kind_ms
+
+    def collective_waits(self, names: str | None = None) -> pd.DataFrame:
+        """:func:`helpers.collective_waits` of the whole run."""
+        return collective_waits(self.collectives, names)
+
+    def waiting_per_step(self, names: str | None = None) -> pd.DataFrame:
+        """:func:`helpers.waiting_per_step` of the whole run."""
+        return waiting_per_step(self.collectives, names)
+
+    def find_straggler(self, names: str | None = None) -> int:
+        """:func:`helpers.find_straggler` of the whole run."""
+        return find_straggler(self.collectives, names)
+
+
+def rank_events(path: str | Path, cache: bool = True) -> pd.DataFrame:
+    """One rank's events, as :func:`helpers.load_trace` gives them: read from the rank's
+    Parquet cache (``.cache/rank-<file>-<key>.parquet`` beside the file) while the file has not
+    changed, else decoded and, with ``cache``, kept there. Parquet is the data ecosystem's
+    columnar format: DuckDB, Polars, Dask and Spark read these files as they are."""
+    path = Path(path)
+    where = _tracecache.rank_cache_file(path) if cache else None
+    events = _tracecache.read_rank(where) if where is not None else None
+    if events is None:
+        events = load_trace(path).events
+        if where is not None:
+            _tracecache.write_rank(where, events)
+    return events
+
+
+def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """What the run-wide analyses need of one rank's ``events``: its steps, its collectives
+    (gloo's and NCCL's CPU spans, NCCL kernels) and its row of time per kind."""
+    steps = events[(events["kind"] == "step").to_numpy()]
+    collectives = events[
+        (events["kind"] == "communication").to_numpy() | name_matches(events, NCCL_KERNELS)
+    ]
+    return steps, collectives, time_per_kind(events)
+
+
+def kept_of_file(path: str | Path, cache: bool = True) -> tuple[pd.DataFrame, ...] | None:
+    """:func:`kept_of_rank` of one rank's file (the rest of its events are let go); None for a
+    merged file of several ranks (``merge_traces``), which :func:`helpers.load_run` leaves out
+    too."""
+    events = rank_events(path, cache)
+    return None if events["rank"].nunique() > 1 else kept_of_rank(events)
+
+
+def summarise_run(
+    source: Any,
+    *,
+    workers: int | None = None,
+    cache: bool = True,
+    progress: bool | None = None,
+) -> RunSummary:
+    """Read a run's traces one rank at a time and keep what the run-wide analyses need (see
+    the module's docstring): a :class:`RunSummary`.
+
+    source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them)
+    or a list of files, one per rank; a merged file of several ranks is left out, as
+    ``load_run`` does. workers: processes reading files at once (default: the usable cores,
+    each holding one rank's DataFrame at a time). cache: read and keep each rank's events as
+    Parquet (:func:`rank_events`), so that a second pass decodes no JSON. progress: tqdm's bar
+    (default: only when the work takes over 2 s and someone watches).
+    """
+    files = _files_of(source)
+    workers = max(1, min(workers or usable_cores(), len(files)))
+    bar = progress_bar(len(files), "summarising trace files", "file", progress)
+    parts = []
+    try:
+        if workers == 1:
+            for path in files:
+                parts.append(kept_of_file(path, cache))
+                bar.update()
+        else:
+            with ProcessPoolExecutor(workers) as pool:
+                for part in pool.map(kept_of_file, files, [cache] * len(files)):
+                    parts.append(part)
+                    bar.update()
+    finally:
+        bar.close()
+    return summary_of(parts, files)
+
+
+def _files_of(source: Any) -> list[Path]:
+    """The trace files of ``source``: a run's (a RunRecord or its folder), or the files given;
+    a TraceError when there are none."""
+    source = getattr(source, "run_dir", source)
+    if isinstance(source, (str, os.PathLike)):
+        files = trace_files(source)
+    else:
+        files = [Path(p) for p in source]
+    if not files:
+        raise TraceError(source, "no trace files (*.json, *.json.gz) to summarise")
+    return files
+
+
+def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunSummary:
+    """The :func:`kept_of_rank` parts of every rank (computed here, or by any engine that maps
+    it over the ranks, Dask's included) joined into one :class:`RunSummary`; a part that is None
+    (a merged file, see :func:`summarise_run`) is left out with its file."""
+    files = [Path(p) for p, part in zip(files, parts) if part is not None] if files else []
+    parts = [part for part in parts if part is not None]
+    steps = pd.concat([p[0] for p in parts], ignore_index=True)
+    collectives = pd.concat([p[1] for p in parts], ignore_index=True)
+    kinds = pd.concat([p[2] for p in parts]).fillna(0.0).sort_index()
+    return RunSummary(steps, collectives, kinds, files, sum(p.stat().st_size for p in files))

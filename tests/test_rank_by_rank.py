@@ -1,0 +1,132 @@
+"""A run summarised one rank at a time gives the same tables as the whole run in memory: on the
+lessons' recorded runs and on real GPU and CPU traces of other people's jobs."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from helpers import (
+    collective_waits,
+    find_straggler,
+    step_times,
+    time_per_kind,
+    waiting_per_step,
+)
+from helpers.rank_by_rank import summarise_run
+from helpers.recorded import RECORDINGS_ROOT, replay
+from helpers.traces import TraceError, load_run
+
+
+def _replayed(experiment: str, root: Path) -> Path:
+    """The lesson's recorded run of ``experiment``, replayed into ``root``: its folder."""
+    (key,) = [
+        json.loads(p.read_text())["key"]
+        for p in RECORDINGS_ROOT.glob(f"{experiment}-*/recording.json")
+        if json.loads(p.read_text())["key"]["experiment"] == experiment
+    ]
+    record = replay(Path(key["script"]), key["nproc"], experiment, key["args"], 1, 1, False, root)
+    return record.run_dir
+
+
+def _same_tables(files_or_folder, workers: int = 1) -> None:
+    whole = load_run(files_or_folder, cache=False, same_run=False).events
+    summary = summarise_run(files_or_folder, workers=workers, progress=False)
+    pd.testing.assert_frame_equal(summary.time_per_kind(), time_per_kind(whole))
+    if (whole["kind"] == "step").any():
+        pd.testing.assert_frame_equal(summary.step_times(), step_times(whole))
+    waits = summary.collective_waits()
+    pd.testing.assert_frame_equal(waits, collective_waits(whole))
+    if not waits.dropna(subset=["step"]).empty:
+        pd.testing.assert_frame_equal(summary.waiting_per_step(), waiting_per_step(whole))
+        assert summary.find_straggler() == find_straggler(whole)
+
+
+@pytest.mark.parametrize("experiment", ["ddp-straggler", "ddp-normal", "ddp"])
+def test_a_lessons_run_summarised_rank_by_rank_gives_the_same_tables(experiment, tmp_path):
+    _same_tables(_replayed(experiment, tmp_path))
+
+
+def test_two_workers_give_the_same_tables_as_one(tmp_path):
+    _same_tables(_replayed("ddp", tmp_path), workers=2)
+
+
+def test_real_gpu_traces_summarised_rank_by_rank_give_the_same_tables(real_traces):
+    folder = real_traces / "hta" / "trace_filter"
+    _same_tables(sorted(folder.glob("sampled_rank-*.json.gz")))
+
+
+def test_a_real_cpu_trace_summarised_gives_the_same_tables(real_traces):
+    _same_tables(sorted((real_traces / "hta" / "cpu_only").glob("*.json.gz")))
+
+
+def test_a_folder_without_traces_is_named(tmp_path):
+    with pytest.raises(TraceError, match="no trace files"):
+        summarise_run(tmp_path)
+
+
+def test_each_rank_is_kept_as_parquet_and_read_back_the_same(tmp_path):
+    from helpers import load_trace
+    from helpers.rank_by_rank import rank_events
+
+    folder = _replayed("ddp", tmp_path)
+    summarise_run(folder, workers=1, progress=False)
+    files = sorted(folder.glob("rank*.json"))
+    caches = sorted((folder / ".cache").glob("rank-*.parquet"))
+    assert len(caches) == len(files)
+    for path in files:
+        pd.testing.assert_frame_equal(rank_events(path), load_trace(path).events)
+
+
+def test_a_changed_file_is_decoded_again_and_its_old_cache_goes(tmp_path):
+    from helpers.rank_by_rank import rank_events
+
+    folder = _replayed("ddp", tmp_path)
+    path = sorted(folder.glob("rank*.json"))[0]
+    rank_events(path)
+    (before,) = (folder / ".cache").glob(f"rank-{path.name}-*.parquet")
+    path.write_text(path.read_text() + " ")  # same events, another size
+    rank_events(path)
+    (after,) = (folder / ".cache").glob(f"rank-{path.name}-*.parquet")
+    assert after != before
+
+
+def test_a_damaged_cache_is_no_cache(tmp_path):
+    from helpers import load_trace
+    from helpers.rank_by_rank import rank_events
+
+    folder = _replayed("ddp", tmp_path)
+    path = sorted(folder.glob("rank*.json"))[0]
+    rank_events(path)
+    (cache,) = (folder / ".cache").glob("rank-*.parquet")
+    cache.write_bytes(b"not parquet")
+    pd.testing.assert_frame_equal(rank_events(path), load_trace(path).events)
+
+
+@pytest.mark.slow
+def test_a_dask_cluster_gives_the_same_tables_from_the_same_cached_files(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from distributed import Client
+    from rank_by_rank_on_dask import local_cluster, summarise_on_dask
+
+    folder = _replayed("ddp", tmp_path)
+    here = summarise_run(folder, workers=1, progress=False)  # writes the Parquet caches
+    files = sorted(folder.glob("rank*.json"))
+    with local_cluster(2) as cluster, Client(cluster) as client:
+        there = summarise_on_dask(files, client)
+    pd.testing.assert_frame_equal(there.step_times(), here.step_times())
+    pd.testing.assert_frame_equal(there.waiting_per_step(), here.waiting_per_step())
+    assert there.find_straggler() == here.find_straggler()
+
+
+def test_a_merged_file_in_the_run_folder_is_left_out_as_load_run_does(tmp_path):
+    from helpers import merge_traces
+
+    folder = _replayed("ddp", tmp_path)
+    merge_traces(load_run(folder), folder / "merged" / "all_ranks.json.gz")
+    summary = summarise_run(folder, workers=1, progress=False)
+    assert len(summary.files) == len(load_run(folder).headers)
+    _same_tables(folder)
