@@ -30,8 +30,12 @@ from pathlib import Path
 from helpers.rank_by_rank import summarise_run
 from helpers.traces import load_run
 how, workers, files = sys.argv[1], int(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
+if how == "first":  # a first pass: no rank's Parquet cache yet
+    for cache in {f.parent / ".cache" for f in files}:
+        for old in cache.glob("rank-*.parquet"):
+            old.unlink()
 t0 = time.perf_counter()
-if how == "summary":
+if how in ("first", "again"):
     summary = summarise_run(files, workers=workers, progress=False)
     kept = int(sum(f.memory_usage(deep=True).sum() for f in (summary.steps, summary.collectives)))
     straggler = summary.find_straggler()
@@ -46,20 +50,39 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "kept_bytes": kept,
 """
 
 
+TEMPLATES = 8  # distinct generated ranks; the others are copies of one with their own rank
+
+
 def generated(folder: Path, ranks: int, mb: int) -> list[Path]:
-    """The run's files, written unless ``folder`` already holds them at that size."""
+    """The run's files, written unless ``folder`` already holds them at that size. Ranks
+    0..TEMPLATES-1 are generated (synthetic_trace.py, slow in Python); rank r >= TEMPLATES is
+    rank r % TEMPLATES's text with its own rank, pid and thread id."""
     folder.mkdir(parents=True, exist_ok=True)
     files = [folder / f"rank{r}_trace.json" for r in range(ranks)]
     t0 = time.perf_counter()
     for rank, path in enumerate(files):
-        if not path.is_file() or abs(path.stat().st_size - mb * 1e6) > 0.05 * mb * 1e6:
+        if path.is_file() and abs(path.stat().st_size - mb * 1e6) < 0.05 * mb * 1e6:
+            continue
+        if rank < TEMPLATES:
             write_trace(path, rank, ranks, int(mb * 1e6))
+            continue
+        t = rank % TEMPLATES
+        text = files[t].read_text()
+        for old, new in [
+            (f'"rank": {t},', f'"rank": {rank},'),
+            (f'"pid": {10_000 + t},', f'"pid": {10_000 + rank},'),
+            (f'"tid": {10_000 + t},', f'"tid": {10_000 + rank},'),
+            (f"{20_000 + t}", f"{20_000 + rank}"),
+        ]:
+            text = text.replace(old, new)
+        path.write_text(text)
     print(f"{ranks} ranks x {mb} MB in {folder} (ready in {time.perf_counter() - t0:.0f} s)")
     return files
 
 
 def measure(how: str, workers: int, files: list[Path]) -> dict:
-    """One measurement in a fresh process (``how``: summary or whole)."""
+    """One measurement in a fresh process (``how``: ``first``, a first pass that writes every
+    rank's cache; ``again``, a pass from the caches; ``whole``, load_run)."""
     out = subprocess.run(
         [sys.executable, "-c", CHILD, how, str(workers), *map(str, files)],
         cwd=REPO,
@@ -83,16 +106,23 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=Path("/tmp/pdp-rank-by-rank"))
     opts = parser.parse_args()
     files = generated(opts.folder, opts.ranks, opts.mb_per_rank)
-    for workers in (1, 2):
-        r = measure("summary", workers, files)
+    passes = {}
+    for label, how, workers in [
+        ("first pass", "first", 1),
+        ("first pass", "first", 2),
+        ("second pass, from the caches", "again", 2),
+    ]:
+        r = passes[how, workers] = measure(how, workers, files)
         print(
-            f"summarise_run, {workers} worker(s): {r['mb']:.0f} MB in {r['seconds']:.1f} s = "
-            f"{r['mb_s']:.0f} MB/s; peak memory {r['peak_mb']:.0f} MB (process "
-            f"{r['self_kb'] / 1024:.0f} MB, largest worker {r['child_kb'] / 1024:.0f} MB); "
-            f"kept {r['kept_bytes'] / 1e6:.0f} MB; straggler {r['straggler']}"
+            f"summarise_run, {label}, {workers} worker(s): {r['mb']:.0f} MB in "
+            f"{r['seconds']:.1f} s = {r['mb_s']:.0f} MB/s; peak memory {r['peak_mb']:.0f} MB "
+            f"(process {r['self_kb'] / 1024:.0f} MB, largest worker {r['child_kb'] / 1024:.0f} "
+            f"MB); kept {r['kept_bytes'] / 1e6:.0f} MB; straggler {r['straggler']}"
         )
+    ratio = passes["again", 2]["seconds"] / passes["first", 2]["seconds"]
+    print(f"second pass / first pass (2 workers): {ratio:.3f}")
     some = files[: opts.compare_ranks]
-    whole, summary = measure("whole", 1, some), measure("summary", 1, some)
+    whole, summary = measure("whole", 1, some), measure("first", 1, some)
     print(
         f"{len(some)} ranks: load_run peak {whole['self_kb'] / 1024:.0f} MB (its DataFrame "
         f"{whole['kept_bytes'] / 1e6:.0f} MB, {whole['mb_s']:.0f} MB/s); summarise_run peak "
