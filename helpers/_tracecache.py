@@ -211,10 +211,10 @@ def _sweep(cache_dir: Path) -> None:
 # ---------------------------------------------------------- one rank's events, as Parquet
 
 
-def rank_cache_file(path: Path) -> Path | None:
-    """Where one rank's trace ``path`` keeps its events as Parquet (``.cache/`` of its folder):
-    the name changes when the file (its path, size, modification time) or the loader changes.
-    None when the file cannot be looked at."""
+def rank_cache_file(path: Path, what: str = "events") -> Path | None:
+    """Where one rank's trace ``path`` keeps ``what`` (its events, or a part of them) as
+    Parquet, in ``.cache/`` of its folder: the name changes when the file (its path, size,
+    modification time) or the loader changes. None when the file cannot be looked at."""
     try:
         st = path.stat()
     except OSError:
@@ -222,30 +222,31 @@ def rank_cache_file(path: Path) -> Path | None:
     stat = [str(path.resolve()), st.st_size, st.st_mtime_ns]
     key = json.dumps([LOADER_VERSION, _loader_fingerprint(), stat])
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    return path.parent / CACHE_DIR / f"rank-{path.name}-{digest}.parquet"
+    return path.parent / CACHE_DIR / f"rank-{path.name}-{digest}-{what}.parquet"
 
 
 def read_rank(cache: Path) -> pd.DataFrame | None:
-    """One rank's cached events, or None when there is no usable cache."""
+    """A frame kept by :func:`write_rank`, or None when there is no usable cache."""
     try:
-        events = pd.read_parquet(cache)
+        frame = pd.read_parquet(cache)
     except Exception:  # missing, half-written by a killed writer, or unreadable: no cache
         return None
-    for name in events.columns:  # Parquet gives an empty category list no type: the loader's
-        column = events[name]
+    for name in frame.columns:  # Parquet gives an empty category list no type: the loader's
+        column = frame[name]
         if isinstance(column.dtype, pd.CategoricalDtype) and column.cat.categories.dtype == object:
-            events[name] = column.cat.set_categories(column.cat.categories.astype("str"))
-    return events
+            frame[name] = column.cat.set_categories(column.cat.categories.astype("str"))
+    return frame
 
 
-def write_rank(cache: Path, events: pd.DataFrame) -> None:
-    """Keep one rank's events as Parquet (older caches of the same file go); a cache that
-    cannot be written is no cache, not a failed load."""
+def write_rank(cache: Path, frame: pd.DataFrame, index: bool = False) -> None:
+    """Keep a frame of one rank as Parquet (with its index if ``index``); the same file's
+    older caches of the same part go. A cache that cannot be written is no cache, not a
+    failed load."""
     try:
         with atomic_file(cache) as file:
-            events.to_parquet(file, index=False)
-        prefix = cache.name.rsplit("-", 1)[0]
-        for old in cache.parent.glob(f"{prefix}-*.parquet"):
+            frame.to_parquet(file, index=index)
+        file_part, _, what = cache.name.removesuffix(".parquet").rsplit("-", 2)
+        for old in cache.parent.glob(f"{file_part}-*-{what}.parquet"):
             if old != cache:
                 old.unlink(missing_ok=True)
     except Exception:

@@ -74,8 +74,8 @@ def debug_servers(job: BackgroundRun, wait: float = 30.0) -> pd.DataFrame:
     while True:
         found = {}
         for path in folder.rglob(f"{SERVERS_FOLDER}/rank*.json"):
-            entry = json.loads(path.read_text())
-            found[int(entry["rank"])] = entry
+            entry = _server_entry(path)
+            found[entry["rank"]] = entry
         if len(found) >= world or time.monotonic() > deadline:
             break
         if not job.running:
@@ -89,6 +89,22 @@ def debug_servers(job: BackgroundRun, wait: float = 30.0) -> pd.DataFrame:
         )
     table = pd.DataFrame([found[r] for r in sorted(found)]).set_index("rank")
     return table[["address", "pid"]]
+
+
+def _server_entry(path: Path) -> dict:
+    """One rank's ``debug_server/rank<N>.json``: its rank, an ``http://`` address and its pid;
+    a LiveRunError naming the file when it is anything else."""
+    try:
+        entry = json.loads(path.read_text())
+        entry = {"rank": int(entry["rank"]), "address": entry["address"], "pid": entry["pid"]}
+        if not re.fullmatch(r"http://[\w.:\[\]-]+", entry["address"]):
+            raise ValueError(f"address {entry['address']!r} is not http://host:port")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise LiveRunError(
+            f"{path}: not a debug server's address file ({err}); serve_debug_requests() writes "
+            f"these: remove the file or start the run again"
+        ) from None
+    return entry
 
 
 def _ended(job: BackgroundRun, what: str) -> str:

@@ -14,8 +14,8 @@ of it its steps, its collectives and its row of time per kind, and lets the rest
 the same as from the whole run in memory (the tests compare them). Memory peaks at what the
 workers hold, about one rank's DataFrame each, plus the parts kept.
 
-Each rank's events are kept as Parquet beside its file (:func:`rank_events`), so a second pass
-decodes no JSON, and other engines read the same files: ``examples/rank_by_rank_on_dask.py``
+Each rank's events are kept as Parquet beside its file (:func:`rank_events`), and so are the
+parts kept of them, so a second pass reads only those; other engines read the same files: ``examples/rank_by_rank_on_dask.py``
 hands :func:`kept_of_rank` and :func:`summary_of` to a Dask cluster, for a job whose traces are
 too many for one machine.
 """
@@ -111,12 +111,27 @@ def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
     return steps, collectives, time_per_kind(events)
 
 
+_KEPT = ("steps", "collectives", "kinds")  # the parts kept of a rank, cached under these names
+
+
 def kept_of_file(path: str | Path, cache: bool = True) -> tuple[pd.DataFrame, ...] | None:
     """:func:`kept_of_rank` of one rank's file (the rest of its events are let go); None for a
     merged file of several ranks (``merge_traces``), which :func:`helpers.load_run` leaves out
-    too."""
+    too. With ``cache`` the parts are kept as Parquet too, so that a second pass reads only
+    them."""
+    path = Path(path)
+    caches = [_tracecache.rank_cache_file(path, what) for what in _KEPT] if cache else []
+    kept = [_tracecache.read_rank(where) for where in caches if where is not None]
+    if len(kept) == len(_KEPT) and all(part is not None for part in kept):
+        return tuple(kept)
     events = rank_events(path, cache)
-    return None if events["rank"].nunique() > 1 else kept_of_rank(events)
+    if events["rank"].nunique() > 1:
+        return None
+    kept = kept_of_rank(events)
+    for where, part, what in zip(caches, kept, _KEPT):
+        if where is not None:
+            _tracecache.write_rank(where, part, index=what == "kinds")
+    return kept
 
 
 def summarise_run(
@@ -132,8 +147,9 @@ def summarise_run(
     source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them)
     or a list of files, one per rank; a merged file of several ranks is left out, as
     ``load_run`` does. workers: processes reading files at once (default: the usable cores,
-    each holding one rank's DataFrame at a time). cache: read and keep each rank's events as
-    Parquet (:func:`rank_events`), so that a second pass decodes no JSON. progress: tqdm's bar
+    each holding one rank's DataFrame at a time). cache: keep each rank's events
+    (:func:`rank_events`) and the parts of them kept (:func:`kept_of_file`) as Parquet, so that
+    a second pass reads only the parts. progress: tqdm's bar
     (default: only when the work takes over 2 s and someone watches).
     """
     files = _files_of(source)

@@ -117,3 +117,16 @@ def test_an_answer_over_the_size_bound_is_refused(running_job, monkeypatch):
     monkeypatch.setattr("helpers.live.MAX_ANSWER_MB", 0.001)  # 1 kB
     with pytest.raises(LiveRunError, match="over 0.001 MB: refused"):
         flight_records_now(running_job)
+
+
+def test_an_address_file_that_is_not_a_servers_is_named(tmp_path):
+    from helpers.background import BackgroundRun
+    from helpers.runs import RunRecord
+
+    run_dir = tmp_path / "run"
+    (run_dir / "debug_server").mkdir(parents=True)
+    bad = {"rank": 0, "address": "file:///etc/passwd", "pid": 1}
+    (run_dir / "debug_server" / "rank0.json").write_text(json.dumps(bad))
+    record = RunRecord("ex", "r", run_dir, [], "live_train.py", [], 1, 1, 1, "gloo", "cpu", "")
+    with pytest.raises(LiveRunError, match=r"rank0.json: not a debug server's address file"):
+        debug_servers(BackgroundRun.from_recording(lambda: record))

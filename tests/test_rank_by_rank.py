@@ -73,7 +73,7 @@ def test_each_rank_is_kept_as_parquet_and_read_back_the_same(tmp_path):
     folder = _replayed("ddp", tmp_path)
     summarise_run(folder, workers=1, progress=False)
     files = sorted(folder.glob("rank*.json"))
-    caches = sorted((folder / ".cache").glob("rank-*.parquet"))
+    caches = sorted((folder / ".cache").glob("rank-*-events.parquet"))
     assert len(caches) == len(files)
     for path in files:
         pd.testing.assert_frame_equal(rank_events(path), load_trace(path).events)
@@ -85,10 +85,10 @@ def test_a_changed_file_is_decoded_again_and_its_old_cache_goes(tmp_path):
     folder = _replayed("ddp", tmp_path)
     path = sorted(folder.glob("rank*.json"))[0]
     rank_events(path)
-    (before,) = (folder / ".cache").glob(f"rank-{path.name}-*.parquet")
+    (before,) = (folder / ".cache").glob(f"rank-{path.name}-*-events.parquet")
     path.write_text(path.read_text() + " ")  # same events, another size
     rank_events(path)
-    (after,) = (folder / ".cache").glob(f"rank-{path.name}-*.parquet")
+    (after,) = (folder / ".cache").glob(f"rank-{path.name}-*-events.parquet")
     assert after != before
 
 
@@ -99,7 +99,7 @@ def test_a_damaged_cache_is_no_cache(tmp_path):
     folder = _replayed("ddp", tmp_path)
     path = sorted(folder.glob("rank*.json"))[0]
     rank_events(path)
-    (cache,) = (folder / ".cache").glob("rank-*.parquet")
+    (cache,) = (folder / ".cache").glob("rank-*-events.parquet")
     cache.write_bytes(b"not parquet")
     pd.testing.assert_frame_equal(rank_events(path), load_trace(path).events)
 
@@ -130,3 +130,18 @@ def test_a_merged_file_in_the_run_folder_is_left_out_as_load_run_does(tmp_path):
     summary = summarise_run(folder, workers=1, progress=False)
     assert len(summary.files) == len(load_run(folder).headers)
     _same_tables(folder)
+
+
+def test_a_second_pass_reads_the_kept_parts_and_gives_the_same_tables(tmp_path):
+    folder = _replayed("ddp", tmp_path)
+    first = summarise_run(folder, workers=1, progress=False)
+    for what in ("steps", "collectives", "kinds"):
+        assert len(list((folder / ".cache").glob(f"rank-*-{what}.parquet"))) == len(first.files)
+    for events in (folder / ".cache").glob("rank-*-events.parquet"):
+        events.unlink()  # a second pass that needed the events would decode the JSON again
+    again = summarise_run(folder, workers=1, progress=False)
+    assert not list((folder / ".cache").glob("rank-*-events.parquet")), "the parts sufficed"
+    pd.testing.assert_frame_equal(again.time_per_kind(), first.time_per_kind())
+    pd.testing.assert_frame_equal(again.step_times(), first.step_times())
+    pd.testing.assert_frame_equal(again.collective_waits(), first.collective_waits())
+    pd.testing.assert_frame_equal(again.waiting_per_step(), first.waiting_per_step())
