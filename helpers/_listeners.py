@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._guard import RUN_MARKER
+from ._guard import RUN_MARKER, processes_of_run
 
 # The variables that choose the network interface where each library listens and connects:
 # gloo's pairs, TensorPipe (RPC), NCCL's bootstrap. Without them each binds the address that
@@ -142,17 +142,41 @@ class ListenerWatch:
         while not self._stop.wait(self.every):
             for proc in psutil.process_iter():
                 try:
-                    env, command = proc.environ(), proc.cmdline()
+                    env = proc.environ()
                     run_dir = Path(env.get("RUN_DIR", "/")).resolve()
-                    if RUN_MARKER not in env or not run_dir.is_relative_to(self.traces_root):
-                        continue
-                    agent = _AGENT_PROGRAM in command or "torch.distributed.run" in command
-                    kind = "torchrun agent" if agent else "rank"
-                    for c in proc.net_connections(kind="inet"):
-                        if c.status == psutil.CONN_LISTEN:
-                            self.seen.add(Listener(kind, proc.pid, c.laddr.ip, c.laddr.port))
+                    if RUN_MARKER in env and run_dir.is_relative_to(self.traces_root):
+                        self.seen.update(listeners_of(proc))
                 except (psutil.Error, OSError, ValueError):
                     continue
+
+
+def listeners_of(proc) -> list[Listener]:
+    """The TCP sockets that ``proc`` (a ``psutil.Process`` of a run) listens on now, each told
+    as the torchrun agent's or a rank's; psutil's errors pass through."""
+    import psutil
+
+    command = proc.cmdline()
+    agent = _AGENT_PROGRAM in command or "torch.distributed.run" in command
+    kind = "torchrun agent" if agent else "rank"
+    return [
+        Listener(kind, proc.pid, c.laddr.ip, c.laddr.port)
+        for c in proc.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    ]
+
+
+def listeners_of_run(run_id: str) -> list[Listener]:
+    """Every TCP socket a process of the run ``run_id`` listens on now (processes that end
+    while they are looked at are left out)."""
+    import psutil
+
+    found = []
+    for proc in processes_of_run(run_id):
+        try:
+            found += listeners_of(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
 
 
 def _with_bound_stores(command: list[str], address: str) -> list[str]:

@@ -211,16 +211,17 @@ def _sweep(cache_dir: Path) -> None:
 # ---------------------------------------------------------- one rank's events, as Parquet
 
 
-def rank_cache_file(path: Path, what: str = "events") -> Path | None:
+def rank_cache_file(path: Path, what: str = "events", rank: int | None = None) -> Path | None:
     """Where one rank's trace ``path`` keeps ``what`` (its events, or a part of them) as
     Parquet, in ``.cache/`` of its folder: the name changes when the file (its path, size,
-    modification time) or the loader changes. None when the file cannot be looked at."""
+    modification time), the rank it was read as (``rank``) or the loader changes. None when the
+    file cannot be looked at."""
     try:
         st = path.stat()
     except OSError:
         return None
     stat = [str(path.resolve()), st.st_size, st.st_mtime_ns]
-    key = json.dumps([LOADER_VERSION, _loader_fingerprint(), stat])
+    key = json.dumps([LOADER_VERSION, _loader_fingerprint(), stat, rank])
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
     return path.parent / CACHE_DIR / f"rank-{path.name}-{digest}-{what}.parquet"
 

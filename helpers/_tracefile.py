@@ -14,16 +14,12 @@ each GPU event's launch (:mod:`~helpers._tracesteps`).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ._progress import progress_bar
 from ._tracebytes import read_bytes
 from ._tracecolumns import (
     call_sites,
@@ -39,6 +35,7 @@ from ._traceerror import TraceError
 from ._traceheader import TraceHeader, describe, header_of
 from ._tracejson import decode, too_deep
 from ._tracesteps import GPU_CATEGORIES, in_steps, launches, link_rows, step_numbers
+from ._workers import each_in_processes, worker_failure
 from .runs import usable_cores
 
 PARALLEL_FROM_BYTES = 64_000_000  # files of at least this much in all are read in parallel
@@ -174,31 +171,11 @@ def read_files(
     are many and large). ``progress``: the bar of :func:`helpers._progress.progress_bar`."""
     jobs = [(path, rank, strict, steps, len(items) == 1) for path, rank in items]
     workers = _default_workers(items) if workers is None else workers
-    bar = progress_bar(len(jobs), "loading traces", "file", progress)
-    try:
-        if workers <= 1:
-            results = []
-            for job in jobs:
-                results.append(_read_or_error(*job))
-                bar.update()
-            return results
-        import multiprocessing
-
-        # fork: workers start at once with everything imported (Linux); elsewhere spawn
-        method = (
-            "fork"
-            if "fork" in multiprocessing.get_all_start_methods()
-            and sys.platform.startswith("linux")
-            else "spawn"
-        )
-        context = multiprocessing.get_context(method)
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
-            futures = [pool.submit(_read_or_error, *job) for job in jobs]
-            for _ in as_completed(futures):
-                bar.update()
-            return [_result(future, path) for future, (path, _) in zip(futures, items)]
-    finally:
-        bar.close()
+    results = each_in_processes(_read_or_error, jobs, workers, "loading traces", progress)
+    return [
+        worker_failure(result, path) if isinstance(result, BaseException) else result
+        for result, (path, _) in zip(results, items)
+    ]
 
 
 def _read_or_error(
@@ -218,18 +195,3 @@ def _default_workers(items: Sequence[tuple[Path, int | None]]) -> int:
     if len(items) < 2 or sum(sizes) < PARALLEL_FROM_BYTES:
         return 1
     return max(1, min(usable_cores(), len(items)))
-
-
-def _result(future: Future, path: Path) -> FileColumns | TraceError:
-    """A worker's result, or a TraceError naming the file when the worker itself failed
-    (a worker killed for its memory breaks the pool: every file it had not read says so)."""
-    try:
-        return future.result()
-    except BrokenProcessPool:
-        return TraceError(
-            path,
-            "the worker process reading it stopped (killed for using too much memory?); "
-            "load with workers=1, or fewer ranks at once (ranks=)",
-        )
-    except Exception as err:  # its result could not be sent back, for one
-        return TraceError(path, f"could not be read in a worker ({type(err).__name__}: {err})")

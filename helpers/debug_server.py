@@ -20,11 +20,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import urllib.request
 from pathlib import Path
 
 from ._files import write_atomically
 
-__all__ = ["serve_debug_requests", "start_worker_server", "SERVERS_FOLDER"]
+__all__ = ["serve_debug_requests", "start_worker_server", "ask_server", "SERVERS_FOLDER"]
 
 SERVERS_FOLDER = "debug_server"  # in the run folder: rank<N>.json, each rank's address
 
@@ -52,3 +53,13 @@ def serve_debug_requests(host: str = "127.0.0.1") -> str:
     record = {"rank": rank, "address": address, "pid": os.getpid()}
     write_atomically(folder / f"rank{rank}.json", json.dumps(record))  # never half a file
     return address
+
+
+def ask_server(address: str, handler: str, timeout: float, max_bytes: int) -> bytes | None:
+    """POST ``/handler/<handler>`` to the debug server at ``address``: its answer, or None
+    when the answer is longer than ``max_bytes`` (no more than that is read). Network errors
+    (``OSError``, ``http.client.HTTPException``) pass through."""
+    request = urllib.request.Request(f"{address}/handler/{handler}", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = response.read(max_bytes + 1)
+    return None if len(body) > max_bytes else body

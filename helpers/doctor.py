@@ -201,9 +201,7 @@ def _two_rank_job(cpu: bool = True) -> tuple[Check, set]:
 
 def _debug_server() -> Check:
     """Lesson 9's debug server: PyTorch's worker server starts on loopback and answers."""
-    import urllib.request
-
-    from .debug_server import start_worker_server
+    from .debug_server import ask_server, start_worker_server
 
     name = "debug server"
     try:
@@ -211,9 +209,7 @@ def _debug_server() -> Check:
     except Exception as err:  # a torch without it, or one that changed the private class
         return Check(name, "FAIL", f"cannot start ({type(err).__name__}: {err}); lesson 9 needs it")
     try:
-        ping = urllib.request.Request(f"{address}/handler/ping", data=b"", method="POST")
-        with urllib.request.urlopen(ping, timeout=10) as response:
-            answer = response.read().decode(errors="replace").strip()
+        answer = (ask_server(address, "ping", 10, 1000) or b"").decode(errors="replace").strip()
     except OSError as err:
         answer = f"no answer ({err})"
     finally:

@@ -227,28 +227,27 @@ def _run_folders(
 def _watch_run(
     prepared: _Prepared,
     timeout: float,
-    rdzv_timeout: float,
     stop: threading.Event | None = None,
     on_start: Callable[[_Run], None] | None = None,
 ) -> RunRecord:
     """Start the agents of a ``prepared`` run under the run's guard and follow them to the end
     (or until ``stop`` is set; ``on_start`` is handed the live run): the record, or the error
     of the run raised. No process of the run outlives an exception."""
-    record = prepared.record
+    record, o = prepared.record, prepared.options
     guard, guard_pipe = start_guard(record.run_dir / MANIFEST_NAME, record.run_id)
     try:
-        run = _Run(record, prepared.programs, prepared.env, prepared.node_dirs, prepared.echo)
+        run = _Run(record, prepared.programs, prepared.env, prepared.node_dirs, o.echo)
         if on_start is not None:
             on_start(run)
         outcome = run.watch(timeout, stop)
-        error = _conclude(run, outcome, timeout, rdzv_timeout, prepared.start_nodes)
+        error = _conclude(run, outcome, timeout, o.rdzv_timeout, o.start_nodes)
     except BaseException:
         stop_run_processes([], record.run_id)
         raise
     finally:
         release_guard(guard, guard_pipe)
     if recorded.recording():
-        recorded.save_recording(record, list(run.echoed), error, prepared.start_nodes)
+        recorded.save_recording(record, list(run.echoed), error, o.start_nodes)
     if error is not None:
         raise error
     return record
@@ -257,48 +256,50 @@ def _watch_run(
 @dataclass(frozen=True)
 class _Prepared:
     """A run ready to start: its record (and manifest), the agents' programs and environment,
-    each node's folder."""
+    each node's folder, and what the launch was asked for."""
 
     record: RunRecord
     programs: list[list[str]]
     env: dict[str, str]
     node_dirs: list[Path]
+    options: _Options
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What a launch was asked for, besides the script, its ranks and the device."""
+
+    experiment: str | None
+    args: Sequence[str]
     echo: bool
-    start_nodes: int
+    env: dict[str, str] | None
+    traces_root: str | Path | None
+    interface: str | None
+    nnodes: int = 1
+    start_nodes: int = 1
+    rdzv_timeout: float = 60.0
+    netns: Sequence[tuple[str, str]] = ()
 
 
-def _prepare(
-    script: Path,
-    nproc: int,
-    device: Device,
-    options: dict,
-) -> _Prepared:
-    """Everything a live launch does before its processes start (``options``: the keyword
-    arguments of :func:`launch`)."""
-    o = options
-    interface, addresses = _listen_addresses(nproc, o["nnodes"], o["interface"], o["netns"])
-    run_id, run_dir, node_dirs = _run_folders(
-        o["experiment"] or script.stem, o["traces_root"], o["nnodes"]
-    )
+def _prepare(script: Path, nproc: int, device: Device, o: _Options) -> _Prepared:
+    """Everything a live launch does before its processes start."""
+    interface, addresses = _listen_addresses(nproc, o.nnodes, o.interface, o.netns)
+    run_id, run_dir, node_dirs = _run_folders(o.experiment or script.stem, o.traces_root, o.nnodes)
     commands = _agent_commands(
         script,
-        o["args"],
+        o.args,
         nproc,
-        o["nnodes"],
+        o.nnodes,
         run_id,
         node_dirs,
-        o["rdzv_timeout"],
+        o.rdzv_timeout,
         addresses,
-        o["netns"],
+        o.netns,
     )
-    record = _new_record(
-        script, o["args"], nproc, o["nnodes"], device, run_dir, commands[0], o["echo"]
-    )
+    record = _new_record(script, o.args, nproc, o.nnodes, device, run_dir, commands[0], o.echo)
     programs = [_with_bound_stores(c, a) for c, a in zip(commands, addresses)]
-    env = _rank_environment(device, run_id, interface, o["env"])
-    return _Prepared(
-        record, programs[: o["start_nodes"]], env, node_dirs, o["echo"], o["start_nodes"]
-    )
+    env = _rank_environment(device, run_id, interface, o.env)
+    return _Prepared(record, programs[: o.start_nodes], env, node_dirs, o)
 
 
 def launch(
@@ -343,12 +344,23 @@ def launch(
     of the run survives them, nor the death of the calling process. ``run.json`` is written
     in every case. In recorded mode the matching recorded run is replayed instead.
     """
-    options = dict(locals())
+    start_nodes = nnodes if start_nodes is None else start_nodes
+    options = _Options(
+        experiment,
+        args,
+        echo,
+        env,
+        traces_root,
+        interface,
+        nnodes,
+        start_nodes,
+        rdzv_timeout,
+        netns,
+    )
     script, nproc, device = _script_and_ranks(script, nproc, cpu)
-    options["start_nodes"] = nnodes if start_nodes is None else start_nodes
     if recorded.replaying():
         return _replay(script, nproc, options)
-    return _watch_run(_prepare(script, nproc, device, options), timeout, rdzv_timeout)
+    return _watch_run(_prepare(script, nproc, device, options), timeout)
 
 
 def _script_and_ranks(script: str | Path, nproc: int | None, cpu: bool) -> tuple[Path, int, Device]:
@@ -358,18 +370,11 @@ def _script_and_ranks(script: str | Path, nproc: int | None, cpu: bool) -> tuple
     return script, nproc or device.nproc(), device
 
 
-def _replay(script: Path, nproc: int, options: dict) -> RunRecord:
+def _replay(script: Path, nproc: int, o: _Options) -> RunRecord:
     """The launch answered by its recording (recorded mode)."""
-    o = options
+    experiment = o.experiment or script.stem
     return recorded.replay(
-        script,
-        nproc,
-        o["experiment"] or script.stem,
-        o["args"],
-        o["nnodes"],
-        o["start_nodes"],
-        o["echo"],
-        o["traces_root"],
+        script, nproc, experiment, o.args, o.nnodes, o.start_nodes, o.echo, o.traces_root
     )
 
 
@@ -397,12 +402,12 @@ def launch_in_background(
     notebook kernel restarted or killed included). In recorded mode the recording is
     replayed: the handle is already finished, with the recorded files and output.
     """
-    options = dict(locals(), nnodes=1, start_nodes=1, rdzv_timeout=60.0, netns=())
+    options = _Options(experiment, args, echo, env, traces_root, interface)
     script, nproc, device = _script_and_ranks(script, nproc, cpu)
     if recorded.replaying():
         return BackgroundRun.from_recording(lambda: _replay(script, nproc, options))
     prepared = _prepare(script, nproc, device, options)
     return BackgroundRun(
         prepared.record,
-        lambda stop, on_start: _watch_run(prepared, timeout, 60.0, stop, on_start),
+        lambda stop, on_start: _watch_run(prepared, timeout, stop, on_start),
     )

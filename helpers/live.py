@@ -23,22 +23,21 @@ that has ended are each a :class:`LiveRunError` that says which.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
-import ipaddress
 import json
 import linecache
 import re
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
 from ._files import write_atomically
-from ._guard import processes_of_run
+from ._listeners import Listener, listeners_of_run
 from .background import BackgroundRun
-from .debug_server import SERVERS_FOLDER
+from .debug_server import SERVERS_FOLDER, ask_server
 from .flight_recorder import load_flight_records
 from .traces import RunTraces, load_run
 
@@ -138,11 +137,8 @@ def _answer_folder(job: BackgroundRun, question: str) -> Path:
 
 def _post(address: str, handler: str, timeout: float) -> bytes:
     """POST ``/handler/<handler>`` to one rank's server; its answer (bounded in size)."""
-    request = urllib.request.Request(f"{address}/handler/{handler}", data=b"", method="POST")
-    limit = int(MAX_ANSWER_MB * 2**20)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        body = response.read(limit + 1)
-    if len(body) > limit:
+    body = ask_server(address, handler, timeout, int(MAX_ANSWER_MB * 2**20))
+    if body is None:
         raise LiveRunError(f"{address}: answer to {handler} over {MAX_ANSWER_MB} MB: refused")
     return body
 
@@ -274,31 +270,17 @@ def wait_counters(job: BackgroundRun, timeout: float = 10.0) -> pd.DataFrame:
 
 def listening_sockets(job: BackgroundRun) -> pd.DataFrame:
     """Every TCP socket a process of the job listens on now, from the system's socket table:
-    ``pid, process`` (its command, shortened), ``address, port`` and ``loopback``."""
-    import psutil
-
+    ``process`` (``rank`` or ``torchrun agent``), ``pid``, ``address, port`` and ``loopback``."""
     folder = _answer_folder(job, "sockets")
     saved = folder / "sockets.json"
     if not job.replayed:
         if not job.running:
             raise LiveRunError(_ended(job, "before its sockets were listed"))
-        rows = []
-        for proc in processes_of_run(job.record.run_id):
-            try:
-                sockets = proc.net_connections(kind="inet")
-                what = "rank" if "RANK" in proc.environ() else "torchrun agent"  # set for ranks
-            except psutil.Error:
-                continue
-            rows += [
-                dict(pid=proc.pid, process=what, address=c.laddr.ip, port=c.laddr.port)
-                for c in sockets
-                if c.status == psutil.CONN_LISTEN
-            ]
-        write_atomically(saved, json.dumps(rows))
+        found = [dataclasses.asdict(s) for s in listeners_of_run(job.record.run_id)]
+        write_atomically(saved, json.dumps(found))
+    listeners = [Listener(**row) for row in json.loads(saved.read_text())]
     table = pd.DataFrame(
-        json.loads(saved.read_text()), columns=["pid", "process", "address", "port"]
+        [dict(dataclasses.asdict(s), loopback=s.loopback) for s in listeners],
+        columns=["process", "pid", "address", "port", "loopback"],
     )
-    table["loopback"] = [
-        ipaddress.ip_address(a.split("%")[0]).is_loopback for a in table["address"]
-    ]
     return table.sort_values(["process", "pid", "port"], ignore_index=True)

@@ -22,9 +22,7 @@ too many for one machine.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,12 +30,12 @@ from typing import Any
 import pandas as pd
 
 from . import _tracecache
-from ._progress import progress_bar
+from ._workers import each_in_processes, worker_failure
 from .analysis import step_times, time_per_kind
 from .collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
 from .kinds import name_matches
 from .runs import usable_cores
-from .traces import TraceError, load_trace, trace_files
+from .traces import load_trace, run_files
 
 __all__ = [
     "RunSummary",
@@ -86,16 +84,16 @@ class RunSummary:
         return find_straggler(self.collectives, names)
 
 
-def rank_events(path: str | Path, cache: bool = True) -> pd.DataFrame:
+def rank_events(path: str | Path, cache: bool = True, rank: int | None = None) -> pd.DataFrame:
     """One rank's events, as :func:`helpers.load_trace` gives them: read from the rank's
     Parquet cache (``.cache/rank-<file>-<key>.parquet`` beside the file) while the file has not
     changed, else decoded and, with ``cache``, kept there. Parquet is the data ecosystem's
     columnar format: DuckDB, Polars, Dask and Spark read these files as they are."""
     path = Path(path)
-    where = _tracecache.rank_cache_file(path) if cache else None
+    where = _tracecache.rank_cache_file(path, "events", rank) if cache else None
     events = _tracecache.read_rank(where) if where is not None else None
     if events is None:
-        events = load_trace(path).events
+        events = load_trace(path, rank).events
         if where is not None:
             _tracecache.write_rank(where, events)
     return events
@@ -114,17 +112,19 @@ def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
 _KEPT = ("steps", "collectives", "kinds")  # the parts kept of a rank, cached under these names
 
 
-def kept_of_file(path: str | Path, cache: bool = True) -> tuple[pd.DataFrame, ...] | None:
+def kept_of_file(
+    path: str | Path, cache: bool = True, rank: int | None = None
+) -> tuple[pd.DataFrame, ...] | None:
     """:func:`kept_of_rank` of one rank's file (the rest of its events are let go); None for a
     merged file of several ranks (``merge_traces``), which :func:`helpers.load_run` leaves out
     too. With ``cache`` the parts are kept as Parquet too, so that a second pass reads only
     them."""
     path = Path(path)
-    caches = [_tracecache.rank_cache_file(path, what) for what in _KEPT] if cache else []
+    caches = [_tracecache.rank_cache_file(path, what, rank) for what in _KEPT] if cache else []
     kept = [_tracecache.read_rank(where) for where in caches if where is not None]
     if len(kept) == len(_KEPT) and all(part is not None for part in kept):
         return tuple(kept)
-    events = rank_events(path, cache)
+    events = rank_events(path, cache, rank)
     if events["rank"].nunique() > 1:
         return None
     kept = kept_of_rank(events)
@@ -144,44 +144,23 @@ def summarise_run(
     """Read a run's traces one rank at a time and keep what the run-wide analyses need (see
     the module's docstring): a :class:`RunSummary`.
 
-    source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them)
-    or a list of files, one per rank; a merged file of several ranks is left out, as
+    source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them),
+    a list of files, one per rank, or ``{rank: file}``; a merged file of several ranks is left out, as
     ``load_run`` does. workers: processes reading files at once (default: the usable cores,
     each holding one rank's DataFrame at a time). cache: keep each rank's events
     (:func:`rank_events`) and the parts of them kept (:func:`kept_of_file`) as Parquet, so that
     a second pass reads only the parts. progress: tqdm's bar
     (default: only when the work takes over 2 s and someone watches).
     """
-    files = _files_of(source)
+    items = run_files(source)[0]
+    files = [path for path, _ in items]
     workers = max(1, min(workers or usable_cores(), len(files)))
-    bar = progress_bar(len(files), "summarising trace files", "file", progress)
-    parts = []
-    try:
-        if workers == 1:
-            for path in files:
-                parts.append(kept_of_file(path, cache))
-                bar.update()
-        else:
-            with ProcessPoolExecutor(workers) as pool:
-                for part in pool.map(kept_of_file, files, [cache] * len(files)):
-                    parts.append(part)
-                    bar.update()
-    finally:
-        bar.close()
+    jobs = [(path, cache, rank) for path, rank in items]
+    parts = each_in_processes(kept_of_file, jobs, workers, "summarising trace files", progress)
+    for path, part in zip(files, parts):
+        if isinstance(part, BaseException):
+            raise worker_failure(part, path)
     return summary_of(parts, files)
-
-
-def _files_of(source: Any) -> list[Path]:
-    """The trace files of ``source``: a run's (a RunRecord or its folder), or the files given;
-    a TraceError when there are none."""
-    source = getattr(source, "run_dir", source)
-    if isinstance(source, (str, os.PathLike)):
-        files = trace_files(source)
-    else:
-        files = [Path(p) for p in source]
-    if not files:
-        raise TraceError(source, "no trace files (*.json, *.json.gz) to summarise")
-    return files
 
 
 def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunSummary:

@@ -53,6 +53,7 @@ __all__ = [
     "load_trace",
     "load_run",
     "trace_files",
+    "run_files",
 ]
 
 
@@ -137,8 +138,10 @@ def trace_files(folder: str | Path) -> list[Path]:
     return sorted(files)
 
 
-def _items(source: Any) -> tuple[list[tuple[Path, int | None]], Path | None]:
-    """``(path, rank or None)`` for each file of ``source``, and its folder when it is one."""
+def run_files(source: Any) -> tuple[list[tuple[Path, int | None]], Path | None]:
+    """``(path, rank or None)`` for each trace file of ``source`` (a RunRecord, a run folder,
+    a list of files or ``{rank: file}``), and its folder when it is one; a TraceError when
+    there is no file."""
     if hasattr(source, "run_dir"):  # a RunRecord
         source = source.run_dir
     if isinstance(source, dict):
@@ -205,7 +208,7 @@ def load_run(
     environment variables ``PDP_MAX_TRACE_MB`` / ``PDP_MAX_GZIP_RATIO`` to allow more).
     """
     wanted = None if ranks is None else set(ranks)  # read once: ranks may be an iterator
-    items, folder = _items(source)
+    items, folder = run_files(source)
     items = _wanted(items, wanted)
     options = {
         "strict": strict,
