@@ -39,12 +39,27 @@ def busy_ms(starts_us, ends_us) -> float:
 
 def busy_ms_per_group(frame: pd.DataFrame, by: list[str], end_column: str = "end_us") -> pd.Series:
     """Wall time in ms per group of ``frame`` (from ``start_us`` to ``end_column``), overlaps
-    within a group counted once: a Series indexed by the ``by`` columns."""
+    within a group counted once: a Series indexed by the ``by`` columns (rows with a missing
+    key are in no group). The same as :func:`busy_ms` of each group, computed for all groups
+    at once: the intervals sorted by group and start, a running end per group, a new block
+    wherever an interval starts after everything before it in its group has ended."""
     if frame.empty:
         return pd.Series([], dtype=float, index=pd.MultiIndex.from_arrays([[]] * len(by), names=by))
-    return frame.groupby(by, observed=True)[["start_us", end_column]].apply(
-        lambda g: busy_ms(g["start_us"], g[end_column])
-    )
+    grouped = frame.groupby(by, observed=True)
+    group = grouped.ngroup().to_numpy(dtype=float, na_value=np.nan)
+    keys = grouped.size().index
+    kept = ~np.isnan(group)
+    group = group[kept].astype(np.int64)
+    starts = frame["start_us"].to_numpy(dtype=float)[kept]
+    ends = frame[end_column].to_numpy(dtype=float)[kept]
+    order = np.lexsort((starts, group))
+    group, starts, ends = group[order], starts[order], ends[order]
+    reach = pd.Series(ends).groupby(group).cummax().to_numpy()
+    new_block = np.ones(len(starts), dtype=bool)
+    new_block[1:] = (group[1:] != group[:-1]) | (starts[1:] > reach[:-1])
+    first = np.flatnonzero(new_block)
+    covered = np.maximum.reduceat(ends, first) - starts[first] if len(first) else first
+    return pd.Series(np.bincount(group[first], covered, len(keys)) / 1e3, index=keys)
 
 
 def covered_us(starts: np.ndarray, ends: np.ndarray, block_starts, block_ends) -> float:

@@ -4,6 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
@@ -21,6 +22,7 @@ from helpers.analysis import (
     top_ops,
     waiting_per_step,
 )
+from helpers.intervals import busy_ms_per_group
 from helpers.kinds import KIND_COLORS
 from helpers.plotting import COLLAPSED_COMMUNICATION, plot_rank_timeline
 from helpers.traces import load_run, load_trace
@@ -83,6 +85,26 @@ def test_timeline_draws_a_real_gpu_trace_with_stream_lanes(real_traces, tmp_path
 def test_busy_time_counts_overlaps_once():
     assert busy_ms([0, 500, 2000], [1000, 1500, 2500]) == pytest.approx(2.0)
     assert busy_ms([], []) == 0.0
+
+
+def test_busy_time_per_group_is_busy_time_of_each_group():
+    rng = np.random.default_rng(0)
+    n = 400
+    frame = pd.DataFrame(
+        {
+            "rank": pd.array(rng.integers(0, 3, n), dtype="Int64"),
+            "kind": pd.Categorical(rng.choice(["compute", "communication"], n)),
+            "start_us": rng.uniform(0, 1000, n).round(),
+        }
+    )
+    frame["end_us"] = frame["start_us"] + rng.uniform(0, 50, n).round()
+    frame.loc[:4, "rank"] = pd.NA  # a row with a missing key is in no group
+    per_group = busy_ms_per_group(frame, ["rank", "kind"])
+    expected = frame.groupby(["rank", "kind"], observed=True).apply(
+        lambda g: busy_ms(g["start_us"], g["end_us"])
+    )
+    pd.testing.assert_series_equal(per_group, expected, check_names=False)
+    assert busy_ms_per_group(frame[frame["rank"].isna()], ["rank"]).empty
 
 
 def test_step_times_are_per_step_and_rank(two_ranks):
