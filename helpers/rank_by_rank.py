@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from . import _tracecache
@@ -109,29 +110,40 @@ def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
     return steps, collectives, time_per_kind(events)
 
 
-_KEPT = ("steps", "collectives", "kinds")  # the parts kept of a rank, cached under these names
-
-
 def kept_of_file(
     path: str | Path, cache: bool = True, rank: int | None = None
 ) -> tuple[pd.DataFrame, ...] | None:
     """:func:`kept_of_rank` of one rank's file (the rest of its events are let go); None for a
     merged file of several ranks (``merge_traces``), which :func:`helpers.load_run` leaves out
-    too. With ``cache`` the parts are kept as Parquet too, so that a second pass reads only
-    them."""
+    too. With ``cache`` the parts are kept too, in one Parquet file (the steps' and the
+    collectives' rows, the row of time per kind in its metadata), so that a second pass reads
+    only that."""
     path = Path(path)
-    caches = [_tracecache.rank_cache_file(path, what, rank) for what in _KEPT] if cache else []
-    kept = [_tracecache.read_rank(where) for where in caches if where is not None]
-    if len(kept) == len(_KEPT) and all(part is not None for part in kept):
-        return tuple(kept)
+    where = _tracecache.rank_cache_file(path, "kept", rank) if cache else None
+    rows = _tracecache.read_rank(where) if where is not None else None
+    if rows is not None and "kind_ms" in rows.attrs:
+        is_step = (rows["kind"] == "step").to_numpy()
+        return rows[is_step], rows[~is_step], _kinds_of_note(rows.attrs["kind_ms"])
     events = rank_events(path, cache, rank)
     if events["rank"].nunique() > 1:
         return None
-    kept = kept_of_rank(events)
-    for where, part, what in zip(caches, kept, _KEPT):
-        if where is not None:
-            _tracecache.write_rank(where, part, index=what == "kinds")
-    return kept
+    steps, collectives, kinds = kept_of_rank(events)
+    if where is not None:
+        rows = pd.concat([steps, collectives], ignore_index=True)
+        rows.attrs["kind_ms"] = kinds.to_dict(orient="split")
+        _tracecache.write_rank(where, rows)
+    return steps, collectives, kinds
+
+
+def _kinds_of_note(note: dict) -> pd.DataFrame:
+    """The row of time per kind that :func:`kept_of_file` kept in a cache's metadata, as
+    :func:`helpers.time_per_kind` gave it."""
+    return pd.DataFrame(
+        note["data"],
+        index=pd.Index(note["index"], dtype=np.int32, name="rank"),
+        columns=pd.Index(note["columns"], dtype="str"),
+        dtype=float,
+    )
 
 
 def summarise_run(
