@@ -4,7 +4,8 @@
 into one) and the metadata events; :func:`times` takes their start times and durations (without
 the events that have none, or a negative one); :func:`columns_of`, :func:`comm_numbers` and
 :func:`call_sites` take the text columns and the numbers of collectives, each in one C-level
-pass over the decoded records where the types allow it.
+pass over the decoded records where the types allow it; :func:`kind_codes` and :func:`lanes`
+give each event its kind and its readable lane.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pandas as pd
 
 from ._traceerror import TraceError
 from ._tracejson import Event
+from ._tracesteps import GPU_CATEGORIES
+from .kinds import KIND_NAMES, event_kind
 
 
 def _paired(events: list[Event]) -> tuple[list[Event], int]:
@@ -281,3 +284,55 @@ def _comm_numbers(xs: list[Event]) -> dict[str, np.ndarray]:
         "group_size": _ints(xs, "args.group_size"),
         "seq": _ints(xs, "args.seq"),
     }
+
+
+def kind_codes(name: tuple[np.ndarray, list], cat: tuple[np.ndarray, list]) -> np.ndarray:
+    """The kind of every event (int8 codes into :data:`helpers.kinds.KIND_NAMES`), from its
+    name and category columns, classifying each distinct (name, category) pair once."""
+    width = len(cat[1]) + 1  # code -1 (no category) becomes 0
+    inverse, pairs = pd.factorize(name[0].astype(np.int64) * width + cat[0] + 1)
+    names, cats = name[1] + [""], [""] + cat[1]
+    lookup = np.array(
+        [KIND_NAMES.index(event_kind(names[p // width], cats[p % width])) for p in pairs],
+        dtype=np.int8,
+    )
+    return lookup[inverse]
+
+
+def lanes(
+    ranks: np.ndarray,
+    pid: tuple[np.ndarray, list],
+    tid: tuple[np.ndarray, list],
+    cat: tuple[np.ndarray, list],
+    names: dict[tuple[str, str], str],
+    merged: bool,
+) -> tuple[np.ndarray, list]:
+    """A readable lane per event, as a text column: per (rank, pid, tid), the thread's name
+    from ``names`` (:func:`thread_names`) in a merged file, ``GPU p stream t`` for GPU events,
+    else the thread's name or ``thread t``, with the pid when a rank has several processes."""
+    gpu_cat = np.array([c in GPU_CATEGORIES for c in cat[1]] + [False])
+    n_pid, n_tid = len(pid[1]) + 1, len(tid[1]) + 1
+    key = ((ranks.astype(np.int64) * n_pid + pid[0] + 1) * n_tid + tid[0] + 1) * 2 + gpu_cat[cat[0]]
+    inverse, keys = pd.factorize(key)
+    lanes = pd.DataFrame(
+        {
+            "rank": keys // (2 * n_tid * n_pid),
+            "gpu": (keys % 2).astype(bool),
+            "pid": [pid[1][i] if i >= 0 else "" for i in (keys // (2 * n_tid)) % n_pid - 1],
+            "tid": [tid[1][i] if i >= 0 else "" for i in (keys // 2) % n_tid - 1],
+        }
+    )
+    numeric = lanes["pid"].str.fullmatch(r"-?\d+")
+    cpu_pids = lanes[~lanes["gpu"] & numeric].groupby("rank")["pid"].nunique()
+    labels = []
+    for r, p, t, g, num in zip(lanes["rank"], lanes["pid"], lanes["tid"], lanes["gpu"], numeric):
+        named = names.get((p, t))
+        if merged and named:
+            labels.append(named)
+        elif g:
+            labels.append(f"GPU {p} stream {t}")
+        else:
+            base = named or f"thread {t}"
+            labels.append(f"{base} (pid {p})" if cpu_pids.get(r, 0) > 1 and num else base)
+    codes, values = pd.factorize(np.array(labels, dtype=object))
+    return codes[inverse].astype(np.int32), list(values)

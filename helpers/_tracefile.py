@@ -28,6 +28,8 @@ from ._tracecolumns import (
     compact,
     complete_events,
     ints_of_rows,
+    kind_codes,
+    lanes,
     thread_names,
     times,
 )
@@ -44,16 +46,16 @@ PARALLEL_FROM_BYTES = 64_000_000  # files of at least this much in all are read 
 @dataclass
 class FileColumns:
     """The complete events of one file: times as float64 arrays (absolute µs), text columns
-    as ``(codes, values)`` with code -1 for a missing value, ``ranks`` per event for a merged
-    file, the thread names from the file's metadata, each event's step, each GPU event's
-    launch time, and the numbers that describe a collective."""
+    as ``(codes, values)`` with code -1 for a missing value (the lane of each event among
+    them), ``ranks`` per event for a merged file, each event's kind, its step, each GPU
+    event's launch time, and the numbers that describe a collective."""
 
     header: TraceHeader
     start: np.ndarray
     dur: np.ndarray
     text: dict[str, tuple[np.ndarray, list]]
     ranks: np.ndarray | None
-    thread_names: dict[tuple[str, str], str]
+    kind: np.ndarray  # int8 codes into helpers.kinds.KIND_NAMES
     step: np.ndarray  # the ProfilerStep#N each event starts in (GPU events: launched in), or -1
     launch: np.ndarray  # when the CPU launched each GPU event (absolute µs); NaN otherwise
     numbers: dict[str, np.ndarray]  # msg_bytes, group_size, seq of collectives; -1 if unknown
@@ -114,8 +116,11 @@ def read_columns(
         ranks = None if ranks is None else ranks[keep]
         unlaunched = int((gpu[keep] & np.isnan(launch)).sum())
     describe(header, start, dur, text["pid"], notes, unlaunched)
+    kind = kind_codes(text["name"], text["cat"])
+    each_rank = np.full(len(start), header.rank, np.int32) if ranks is None else ranks
+    text["lane"] = lanes(each_rank, text["pid"], text["tid"], text["cat"], names, ranks is not None)
     return FileColumns(
-        header, start, dur, compact(text), ranks, names, steps_of, launch, numbers, skipped
+        header, start, dur, compact(text), ranks, kind, steps_of, launch, numbers, skipped
     )
 
 

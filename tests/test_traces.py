@@ -131,6 +131,24 @@ def test_a_run_folder_gives_one_frame_with_a_rank_column_on_one_axis(tmp_path, k
     assert firsts[0] == 0 and firsts[1] == pytest.approx(250)
 
 
+def test_a_run_keeps_each_files_kinds_and_lanes_in_the_order_its_rows_show_them(
+    tmp_path, kineto, write
+):
+    for rank in (0, 1):
+        write(tmp_path / f"rank{rank}.json", kineto(rank, offset_us=100 * rank))
+    ev = load_run(tmp_path).events
+    lanes = ev["lane"].astype(str)
+    assert list(ev["lane"].cat.categories) == list(dict.fromkeys(lanes))
+    assert set(ev.loc[ev["kind"] == "communication", "lane"].astype(str)) == {
+        "thread 101 (pt_gloo_runloop)"
+    }
+    for rank in (0, 1):
+        alone = load_trace(tmp_path / f"rank{rank}.json").events
+        mine = ev[ev["rank"] == rank]
+        assert list(mine["kind"].astype(str)) == list(alone["kind"].astype(str))
+        assert list(mine["lane"].astype(str)) == list(alone["lane"].astype(str))
+
+
 def test_two_windows_of_one_rank_load_together(tmp_path, kineto, write):
     write(tmp_path / "rank0_a.json", kineto(0, offset_us=0))
     write(tmp_path / "rank0_b.json", kineto(0, offset_us=50_000))
