@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +18,14 @@ BASE_NS = 1_700_000_000_000_000_000
 
 
 @pytest.fixture
-def real_traces() -> Path:
-    """Folder of real traces from other people's jobs; skips when ../shared is absent."""
+def real_traces() -> Iterator[Path]:
+    """Folder of real traces from other people's jobs, used in place; skips when ../shared is
+    absent. A test that leaves a cache folder in it fails: the traces are shared, read only."""
     if not REAL_TRACES.is_dir():
         pytest.skip("../shared/real-traces is not here")
-    return REAL_TRACES
+    yield REAL_TRACES
+    left = sorted(str(p.relative_to(REAL_TRACES)) for p in REAL_TRACES.rglob(".cache"))
+    assert not left, f"a test wrote into ../shared/real-traces: {left} (load with cache=False)"
 
 
 def kineto_doc(
