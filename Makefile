@@ -113,9 +113,14 @@ wheelhouse:
 test-offline: wheelhouse
 	tests/offline_install.sh wheelhouse
 
+# Benchmarks of the trace layer (minutes; figures in README.md): the loader on 64 ranks of 8 MB,
+# then a run of 256 ranks of 32 MB (8 GB of JSON, generated once into $(BIG_RUN)) summarised
+# rank by rank.
+BIG_RUN ?= /tmp/pdp-rank-by-rank
 benchmark: install
 	$(BIN)/python -m pip install -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/bench_traces.py
+	$(BIN)/python benchmarks/rank_by_rank.py --ranks 256 --mb-per-rank 32 --folder $(BIG_RUN)
 
 clean-traces:
 	find traces -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
