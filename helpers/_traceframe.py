@@ -60,7 +60,8 @@ def frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
     for column in TEXT_COLUMNS:  # each column's codes go as its categorical is made
         if column in text:
             columns[column] = _categorical(*text.pop(column))
-    give_back_freed_memory()
+    if len(parts) > 1:
+        give_back_freed_memory()
     step = columns["step"]
     columns.update(
         kind=pd.Categorical.from_codes(columns["kind"], categories=KIND_NAMES),
@@ -88,8 +89,8 @@ def _fill(
 ) -> np.ndarray:
     """One array of ``n`` from a per-file array, each file's at its rows ``where`` if given
     (else one file after the other). ``take(part)`` returns the part's array and lets it go;
-    the memory freed is handed back to the system (:func:`give_back_freed_memory`), for the
-    run's arrays to use."""
+    with several files the memory freed is handed back to the system
+    (:func:`give_back_freed_memory`), for the run's arrays to use."""
     out = np.empty(n, dtype=dtype)
     pos = 0
     for part in parts:
@@ -98,7 +99,8 @@ def _fill(
         out[rows if where is None else where[rows]] = chunk
         pos += len(chunk)
         del chunk
-    give_back_freed_memory()
+    if len(parts) > 1:  # one file's pages, handed back, would only be taken again for the next
+        give_back_freed_memory()
     return out
 
 
