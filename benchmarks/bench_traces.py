@@ -75,7 +75,7 @@ def decode_limit(files) -> None:
 
 
 MEMORY_CHILD = r"""
-import json, resource, sys
+import json, re, sys
 from pathlib import Path
 from helpers.traces import load_run
 def rss_kb():
@@ -83,7 +83,9 @@ def rss_kb():
 files = [Path(p) for p in sys.argv[1:]]
 before = rss_kb()
 run = load_run(files, workers=1, cache=False, progress=False)
-print(json.dumps({"before_kb": before, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+# this process's own peak (VmHWM): ru_maxrss would count the RSS of the benchmark that started it
+peak = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1))
+print(json.dumps({"before_kb": before, "peak_kb": peak,
                   "frame_bytes": int(run.events.memory_usage(deep=True).sum())}))
 """
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from synthetic_trace import write_trace  # noqa: E402
 
 CHILD = """
-import json, resource, sys, time
+import json, re, resource, sys, time
 from pathlib import Path
 from helpers.rank_by_rank import summarise_run
 from helpers.traces import load_run
@@ -44,7 +44,9 @@ else:
                .events.memory_usage(deep=True).sum())
     straggler = None
 print(json.dumps({"seconds": time.perf_counter() - t0, "kept_bytes": kept,
-                  "self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  # VmHWM: this process's own peak (ru_maxrss would count the RSS of the
+                  # benchmark that started it)
+                  "self_kb": int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read())[1]),
                   "child_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
                   "straggler": straggler}))
 """
