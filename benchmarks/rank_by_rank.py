@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from synthetic_trace import write_trace  # noqa: E402
 
-CHILD = """
+CHILD = r"""
 import json, re, resource, sys, time
 from pathlib import Path
 from helpers.rank_by_rank import summarise_run
