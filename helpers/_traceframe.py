@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ._files import give_back_freed_memory
+from ._memory import give_back_freed_memory
 from ._tracecolumns import code_dtype
 from ._tracefile import FileColumns
 from .kinds import KIND_NAMES
@@ -26,6 +26,12 @@ TEXT_COLUMNS = (
 )  # fmt: skip
 #: The numeric columns that describe a collective (from ``record_param_comms`` / kernel args).
 COMM_NUMBERS = ("msg_bytes", "group_size", "seq")
+#: The frame's columns, in order.
+COLUMNS = (
+    "rank", "name", "cat", "kind", "pid", "tid", "lane", "start_us", "dur_us", "end_us",
+    "collective", "shapes", "stream", "step", "rel_us", "launch_us", "process_group",
+    "call_from", *COMM_NUMBERS,
+)  # fmt: skip
 
 
 def frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
@@ -72,12 +78,7 @@ def frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
         step=pd.arrays.IntegerArray(step, step < 0),
         **{c: pd.arrays.IntegerArray(columns[c], columns[c] < 0) for c in COMM_NUMBERS},
     )
-    order = [
-        "rank", "name", "cat", "kind", "pid", "tid", "lane", "start_us", "dur_us", "end_us",
-        "collective", "shapes", "stream", "step", "rel_us", "launch_us", "process_group",
-        "call_from", *COMM_NUMBERS,
-    ]  # fmt: skip
-    return pd.DataFrame({c: columns.pop(c) for c in order}, copy=False)
+    return pd.DataFrame({c: columns.pop(c) for c in COLUMNS}, copy=False)
 
 
 def _fill(

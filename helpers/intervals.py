@@ -20,15 +20,28 @@ def merge_intervals(starts, ends, gap: float = 0.0) -> tuple[np.ndarray, np.ndar
     ends = np.asarray(ends, dtype=float)
     if starts.size == 0:
         return starts, ends
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)
-    # a new block starts where an interval begins after everything before it has ended
-    new_block = np.empty(starts.size, dtype=bool)
-    new_block[0] = True
-    new_block[1:] = starts[1:] > reach[:-1] + gap
+    _, block_starts, block_ends = _joined(starts, ends, np.zeros(starts.size, np.int64), gap)
+    return block_starts, block_ends
+
+
+def _joined(
+    starts: np.ndarray, ends: np.ndarray, group: np.ndarray, gap: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals joined where they overlap or lie less than ``gap`` apart, within each of their
+    groups (int codes): ``(group, start, end)`` of each block, sorted by group and start. There
+    must be at least one interval."""
+    order = np.lexsort((starts, group))  # stable: by start within a group
+    group, starts, ends = group[order], starts[order], ends[order]
+    if group[0] == group[-1]:  # how far the intervals so far reach, within their group
+        reach = np.maximum.accumulate(ends)
+    else:
+        reach = pd.Series(ends).groupby(group).cummax().to_numpy()
+    # a block starts with each group, and where an interval begins after everything before it
+    # in its group has ended
+    new_block = np.ones(starts.size, dtype=bool)
+    new_block[1:] = (group[1:] != group[:-1]) | (starts[1:] > reach[:-1] + gap)
     first = np.flatnonzero(new_block)
-    return starts[first], np.maximum.reduceat(ends, first)
+    return group[first], starts[first], np.maximum.reduceat(ends, first)
 
 
 def busy_ms(starts_us, ends_us) -> float:
@@ -41,25 +54,23 @@ def busy_ms_per_group(frame: pd.DataFrame, by: list[str], end_column: str = "end
     """Wall time in ms per group of ``frame`` (from ``start_us`` to ``end_column``), overlaps
     within a group counted once: a Series indexed by the ``by`` columns (rows with a missing
     key are in no group). The same as :func:`busy_ms` of each group, computed for all groups
-    at once: the intervals sorted by group and start, a running end per group, a new block
-    wherever an interval starts after everything before it in its group has ended."""
+    at once."""
     if frame.empty:
         return pd.Series([], dtype=float, index=pd.MultiIndex.from_arrays([[]] * len(by), names=by))
     grouped = frame.groupby(by, observed=True)
     group = grouped.ngroup().to_numpy(dtype=float, na_value=np.nan)
     keys = grouped.size().index
     kept = ~np.isnan(group)
-    group = group[kept].astype(np.int64)
-    starts = frame["start_us"].to_numpy(dtype=float)[kept]
-    ends = frame[end_column].to_numpy(dtype=float)[kept]
-    order = np.lexsort((starts, group))
-    group, starts, ends = group[order], starts[order], ends[order]
-    reach = pd.Series(ends).groupby(group).cummax().to_numpy()
-    new_block = np.ones(len(starts), dtype=bool)
-    new_block[1:] = (group[1:] != group[:-1]) | (starts[1:] > reach[:-1])
-    first = np.flatnonzero(new_block)
-    covered = np.maximum.reduceat(ends, first) - starts[first] if len(first) else first
-    return pd.Series(np.bincount(group[first], covered, len(keys)) / 1e3, index=keys)
+    if not kept.any():
+        return pd.Series(np.zeros(len(keys)), index=keys)
+    block_group, block_starts, block_ends = _joined(
+        frame["start_us"].to_numpy(dtype=float)[kept],
+        frame[end_column].to_numpy(dtype=float)[kept],
+        group[kept].astype(np.int64),
+        0.0,
+    )
+    busy = np.bincount(block_group, block_ends - block_starts, len(keys))
+    return pd.Series(busy / 1e3, index=keys)
 
 
 def covered_us(starts: np.ndarray, ends: np.ndarray, block_starts, block_ends) -> float:

@@ -15,6 +15,8 @@ from typing import Any
 
 __all__ = [
     "Check",
+    "TRAIN_DDP_SCRIPT",
+    "WINDOW_TRACES",
     "arguments",
     "close",
     "file_names",
@@ -26,6 +28,11 @@ __all__ = [
     "whole_numbers",
     "wrong_run",
 ]
+
+#: The series' DDP training script: lesson 3 writes it, lessons 4 and 7 launch it too.
+TRAIN_DDP_SCRIPT = "train_ddp.py"
+#: The traces train_ddp.py writes, rank<N>_iter<first>_<last>.json, one per window.
+WINDOW_TRACES = "rank*_iter*.json"
 
 #: A check: takes the answer and the evidence (keywords), returns ``(right?, why or hint)``.
 Check = Callable[..., tuple[bool, str]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..traces import TraceError, load_trace
-from .common import Check, file_names, whole, wrong_run
+from .common import TRAIN_DDP_SCRIPT, WINDOW_TRACES, Check, file_names, whole, wrong_run
 
 __all__ = [
     "CHECKS",
@@ -19,8 +19,6 @@ __all__ = [
     "PID_TRACES",
 ]
 
-#: The lesson's script: DDP training under torchrun, each profiled rank saving its windows.
-TRAIN_DDP_SCRIPT = "train_ddp.py"
 #: The copy of train_ddp.py that exercise 3.2 has the learner write (files named by pid).
 PID_SCRIPT = "train_ddp_pid.py"
 #: The scripts these checks rely on, and the flags of train_ddp.py they pass.
@@ -34,8 +32,6 @@ FLAGS = (
     "--profile-ranks",
     "--shared-trace-name",
 )
-#: The traces train_ddp.py writes, rank<N>_iter<first>_<last>.json, one per window.
-WINDOW_TRACES = "rank*_iter*.json"
 #: The traces of exercise 3.2's script with --shared-trace-name, trace_<pid>.json.
 PID_TRACES = "trace_*.json"
 

@@ -10,12 +10,21 @@ import pandas as pd
 
 from ..analysis import busy_ms, collective_waits, find_straggler, waiting_per_step
 from ..traces import load_run
-from .common import Check, arguments, close, is_run, number, same_value, spelled, whole, wrong_run
+from .common import (
+    TRAIN_DDP_SCRIPT,
+    Check,
+    arguments,
+    close,
+    is_run,
+    number,
+    same_value,
+    spelled,
+    whole,
+    wrong_run,
+)
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "TRAIN_DDP_SCRIPT", "STRAGGLER_FLAGS"]
 
-#: The script the lesson launches (written by lesson 3, brought in with script_from_lesson).
-TRAIN_DDP_SCRIPT = "train_ddp.py"
 #: The flags of train_ddp.py that make a straggler: which rank, and its delay per batch.
 STRAGGLER_FLAGS = ("--slow-rank", "--delay-ms")
 #: The scripts these checks rely on, and the flags of theirs they pass or read.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis import clock_offsets
-from .common import Check, close, file_names, number, wrong_run
+from .common import TRAIN_DDP_SCRIPT, WINDOW_TRACES, Check, close, file_names, number, wrong_run
 
 __all__ = [
     "CHECKS",
@@ -19,15 +19,11 @@ __all__ = [
     "SKEW_7_2_US",
 ]
 
-#: The script the lesson launches on two nodes (written by lesson 3).
-TRAIN_DDP_SCRIPT = "train_ddp.py"
 #: The scripts these checks rely on, and the flags of train_ddp.py they pass.
 SCRIPTS = (TRAIN_DDP_SCRIPT,)
 FLAGS = ("--steps", "--wait", "--warmup", "--active", "--profile-ranks")
 #: The folder of node N inside a multi-node run's folder (node0, node1, ...).
 NODE_FOLDER = "node{}"
-#: The traces train_ddp.py writes, rank<N>_iter<first>_<last>.json, one per window.
-WINDOW_TRACES = "rank*_iter*.json"
 #: The skew exercise 7.2 asks for: node 1's clock 30 ms behind node 0's, in µs.
 SKEW_7_2_US = -30_000
 
