@@ -1,7 +1,7 @@
 # Two commands for a newcomer: `make run` executes the series, `make test` tests it.
 # Both create .venv and install the pinned dependencies first (once; again when they change).
 #
-# Install options (see INSTRUCTORS.md):
+# Install options (see docs/INSTRUCTORS.md):
 #   make install TORCH=cpu            PyTorch's CPU-only wheels, about a tenth of the download
 #   make install WHEELHOUSE=wheels    no network: everything from a folder made by `make wheelhouse`
 # Recorded mode (replay the runs shipped in recordings/ instead of launching):

@@ -131,8 +131,8 @@ def timeline_seconds(n_events: int, out: Path) -> float:
     import numpy as np
     import pandas as pd
 
-    from helpers.kinds import KIND_NAMES
-    from helpers.plotting import plot_rank_timeline
+    from helpers.analysis.kinds import KIND_NAMES
+    from helpers.drawing import plot_rank_timeline
 
     rng = np.random.default_rng(0)
     ranks, per = 4, n_events // 4
@@ -155,7 +155,7 @@ def timeline_seconds(n_events: int, out: Path) -> float:
 
 
 def loading(files, mb: float, limit_mbs: float, json_mbs: float) -> None:
-    from helpers.runs import usable_cores
+    from helpers.jobs.runs import usable_cores
     from helpers.traces import load_run
 
     cores = usable_cores()
@@ -183,7 +183,7 @@ def loading(files, mb: float, limit_mbs: float, json_mbs: float) -> None:
 
 
 def caching(folder: Path) -> None:
-    from helpers.runs import CACHE_DIR
+    from helpers.jobs.runs import CACHE_DIR
     from helpers.traces import load_run
 
     shutil.rmtree(folder / CACHE_DIR, ignore_errors=True)

@@ -34,7 +34,7 @@ from synthetic_trace import write_trace  # noqa: E402
 CHILD = r"""
 import json, sys
 from pathlib import Path
-from helpers.trace_export import merge_traces
+from helpers.traces import merge_traces
 from helpers.traces import load_run, load_trace
 
 def status(key):

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kineto_noise import hide_kineto_noise
-from .recorded import use_recorded_runs
-from .runs import REPO_ROOT, TRACES_ROOT, usable_cores
+from .jobs.kineto_noise import hide_kineto_noise
+from .jobs.recorded import use_recorded_runs
+from .jobs.runs import REPO_ROOT, TRACES_ROOT, usable_cores
 
 __all__ = ["Check", "run_checks", "main"]
 
@@ -88,7 +88,7 @@ def _packages(requirements: Path) -> Check:
             "packages",
             "FAIL",
             f"not installed: {', '.join(missing)}; run make install "
-            f"(or the offline install in INSTRUCTORS.md)",
+            f"(or the offline install in docs/INSTRUCTORS.md)",
         )
     if other:
         return Check("packages", "WARN", f"other versions than pinned: {', '.join(other)}")
@@ -147,7 +147,7 @@ def _distributed() -> list[Check]:
 
 
 def _port() -> Check:
-    from .launch import free_port
+    from .jobs import free_port
 
     try:
         port = free_port()
@@ -173,7 +173,7 @@ dist.destroy_process_group()
 
 def _two_rank_job(cpu: bool = True) -> tuple[Check, set]:
     """The check of a real 2-rank job, and the sockets its processes listened on."""
-    from .launch import LaunchError, ListenerWatch, launch
+    from .jobs import LaunchError, ListenerWatch, launch
 
     name = "2-rank gloo job" if cpu else "2-rank nccl job"
     with tempfile.TemporaryDirectory(prefix="doctor-") as folder:
@@ -201,7 +201,7 @@ def _two_rank_job(cpu: bool = True) -> tuple[Check, set]:
 
 def _debug_server() -> Check:
     """Lesson 9's debug server: PyTorch's worker server starts on loopback and answers."""
-    from .debug_server import ask_server, start_worker_server
+    from .live.debug_server import ask_server, start_worker_server
 
     name = "debug server"
     try:

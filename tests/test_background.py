@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers.launch import (
+from helpers.jobs import (
     BackgroundRun,
     RankFailed,
     RunTimedOut,
@@ -87,7 +87,7 @@ def test_a_background_run_does_not_outlive_the_process_that_started_it(script, t
     caller = tmp_path / "caller.py"
     caller.write_text(
         textwrap.dedent(f"""
-        from helpers.launch import launch_in_background
+        from helpers.jobs import launch_in_background
         job = launch_in_background({str(script)!r}, 2, args=["hang"],
                                    traces_root={str(tmp_path / "traces")!r}, timeout=600)
         print(job.record.run_id, job.wait_for_output("rank 1 of 2", timeout=90), flush=True)

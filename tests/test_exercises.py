@@ -24,11 +24,10 @@ from typing import Any
 import pytest
 
 from conftest import BASE_NS, REPO, write_doc
-from helpers.background import BackgroundRun
 from helpers.exercises import CHECKS, MUST_PASS_ENV, ExerciseNotSolved, check, evaluate
-from helpers.launch import LaunchError, RankFailed
-from helpers.recorded import RECORDINGS_ROOT, replay
-from helpers.runs import RunRecord
+from helpers.jobs import BackgroundRun, LaunchError, RankFailed
+from helpers.jobs.recorded import RECORDINGS_ROOT, replay
+from helpers.jobs.runs import RunRecord
 
 LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_solutions.ipynb"))

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import flight_recorder
-from helpers.flight_recorder import (
+from helpers.hangs import flight_recorder
+from helpers.hangs.flight_recorder import (
     FlightRecorderError,
     analyse_with_pytorch,
     first_mismatch,
     load_flight_records,
 )
-from helpers.launch import RankFailed, launch, processes_of_run
-from helpers.lessons import script_from_lesson
+from helpers.jobs import RankFailed, launch, processes_of_run, script_from_lesson
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from fuzz_limits import address_space
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from helpers.flight_recorder import FlightRecorderError, load_flight_records
+from helpers.hangs.flight_recorder import FlightRecorderError, load_flight_records
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "recordings" / "hang-8705b05d" / "files"  # a real 2-rank gloo hang

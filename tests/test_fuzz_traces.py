@@ -23,8 +23,7 @@ from fuzz_limits import address_space
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from helpers.trace_export import merge_traces
-from helpers.traces import TraceError, load_run, load_trace
+from helpers.traces import TraceError, load_run, load_trace, merge_traces
 
 #: Real traces, each cut to its header and first events (their shapes, not their size).
 REAL = [

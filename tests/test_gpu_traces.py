@@ -155,7 +155,7 @@ def test_the_ac2g_flows_join_the_same_pairs_as_the_correlation_ids(real_traces):
     assert starts and all(by_correlation.get(e["id"]) == e["ts"] for e in starts)
 
 
-def test_gpu_events_without_a_launch_get_step_minus_one_and_are_counted(write, kineto, tmp_path):
+def test_gpu_events_without_a_launch_have_no_step_and_are_counted(write, kineto, tmp_path):
     doc = kineto(0, backend="nccl")
     step = doc["traceEvents"][0]
     doc["traceEvents"] += [
@@ -166,8 +166,9 @@ def test_gpu_events_without_a_launch_get_step_minus_one_and_are_counted(write, k
         {"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7,
          "ts": step["ts"] + 30, "dur": 10, "args": {"correlation": 99, "stream": 7}},
     ]  # fmt: skip
-    with pytest.warns(UserWarning, match="1 GPU events have no CPU launch"):
+    with pytest.warns(UserWarning, match="1 GPU events have no CPU launch") as warned:
         trace = load_trace(write(tmp_path / "rank0.json", doc))
+    assert "their step is <NA>" in str(warned[0].message)  # the words say what the frame holds
     by_name = trace.events.set_index(trace.events["name"].astype(str))
     assert by_name.loc["gemm", "step"] == 1  # runs after ProfilerStep#1 ended, launched in it
     assert by_name.loc["gemm", "launch_us"] == by_name.loc["cudaLaunchKernel", "start_us"]
@@ -354,7 +355,7 @@ EXCERPTS = Path(__file__).resolve().parents[1] / "data" / "gpu-traces"
 
 def _run_of_excerpts(folder: Path, args: list[str]):
     """A finished train_ddp.py run whose traces are the two ranks of the real 128-GPU job."""
-    from helpers.runs import RunRecord
+    from helpers.jobs.runs import RunRecord
 
     folder.mkdir(parents=True)
     for rank in (0, 1):

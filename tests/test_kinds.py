@@ -5,8 +5,9 @@ import re
 import pytest
 from matplotlib.colors import to_rgb
 
-from helpers import analysis, plotting
-from helpers.kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind
+from helpers.analysis import steps
+from helpers.analysis.kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind
+from helpers.drawing import timeline
 
 
 def test_every_kind_has_a_name_a_colour_a_layer_and_a_rule_in_words():
@@ -63,5 +64,5 @@ def test_each_event_is_recognised_as_its_kind(name, cat, kind):
 
 def test_the_loader_the_analysis_and_the_plots_use_the_table(two_ranks):
     assert list(two_ranks["kind"].cat.categories) == KIND_NAMES
-    assert plotting.KIND_COLORS is KIND_COLORS
-    assert analysis.KIND_NAMES is KIND_NAMES
+    assert timeline.KIND_COLORS is KIND_COLORS
+    assert steps.KIND_NAMES is KIND_NAMES

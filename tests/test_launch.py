@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers._liverun import _CtrlC
-from helpers._ranklogs import MAX_LINE, TAIL_LINES, _RankLogs
-from helpers.launch import (
+from helpers.jobs import (
     RankFailed,
     RendezvousTimedOut,
     RunTimedOut,
@@ -23,7 +21,9 @@ from helpers.launch import (
     launch,
     processes_of_run,
 )
-from helpers.runs import RunRecord
+from helpers.jobs._liverun import _CtrlC
+from helpers.jobs._ranklogs import MAX_LINE, TAIL_LINES, _RankLogs
+from helpers.jobs.runs import RunRecord
 
 
 def test_four_rank_launch_succeeds_and_writes_a_manifest(script, tmp_path):
@@ -184,7 +184,7 @@ def test_interrupting_the_caller_stops_every_process_of_the_run(script, tmp_path
     caller = tmp_path / "caller.py"
     caller.write_text(
         textwrap.dedent(f"""
-        from helpers.launch import launch, RunInterrupted
+        from helpers.jobs import launch, RunInterrupted
         try:
             launch({str(script)!r}, 2, args=["hang"], traces_root={str(tmp_path)!r}, timeout=300)
         except RunInterrupted as e:
@@ -318,7 +318,7 @@ def _launcher_of_a_hanging_run(script: Path, tmp_path: Path) -> tuple[subprocess
     caller = tmp_path / "caller.py"
     caller.write_text(
         textwrap.dedent(f"""
-        from helpers.launch import launch
+        from helpers.jobs import launch
         launch({str(script)!r}, 2, args=["hang"], traces_root={str(tmp_path / "traces")!r},
                timeout=600)
     """)
@@ -380,7 +380,7 @@ def test_a_single_process_lesson_uses_one_gpu():
 
 @pytest.fixture
 def recordings(tmp_path, monkeypatch):
-    from helpers import recorded
+    from helpers.jobs import recorded
 
     monkeypatch.setattr(recorded, "RECORDINGS_ROOT", tmp_path / "recordings")
     monkeypatch.delenv("PDP_RECORDED", raising=False)

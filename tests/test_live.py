@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import first_mismatch, script_from_lesson, step_times
-from helpers.launch import launch_in_background
+from helpers.jobs import launch_in_background
 from helpers.live import (
     LiveRunError,
     debug_servers,
@@ -114,14 +114,14 @@ def test_a_rank_that_does_not_answer_in_time_is_named(running_job):
 
 
 def test_an_answer_over_the_size_bound_is_refused(running_job, monkeypatch):
-    monkeypatch.setattr("helpers.live.MAX_ANSWER_MB", 0.001)  # 1 kB
+    monkeypatch.setattr("helpers.live.questions.MAX_ANSWER_MB", 0.001)  # 1 kB
     with pytest.raises(LiveRunError, match="over 0.001 MB: refused"):
         flight_records_now(running_job)
 
 
 def test_an_address_file_that_is_not_a_servers_is_named(tmp_path):
-    from helpers.background import BackgroundRun
-    from helpers.runs import RunRecord
+    from helpers.jobs import BackgroundRun
+    from helpers.jobs.runs import RunRecord
 
     run_dir = tmp_path / "run"
     (run_dir / "debug_server").mkdir(parents=True)

@@ -14,6 +14,7 @@ from helpers.analysis import (
     busy_ms,
     clock_offsets,
     collective_waits,
+    enclosure,
     find_straggler,
     max_parallel_lanes,
     shift_ranks,
@@ -22,9 +23,9 @@ from helpers.analysis import (
     top_ops,
     waiting_per_step,
 )
-from helpers.intervals import busy_ms_per_group
-from helpers.kinds import KIND_COLORS
-from helpers.plotting import COLLAPSED_COMMUNICATION, plot_rank_timeline
+from helpers.analysis.intervals import busy_ms_per_group
+from helpers.analysis.kinds import KIND_COLORS
+from helpers.drawing import COLLAPSED_COMMUNICATION, plot_rank_timeline
 from helpers.traces import load_run, load_trace
 
 
@@ -335,7 +336,7 @@ def test_rows_are_grouped_and_labelled_by_node(two_ranks):
 def test_steps_are_drawn_with_a_tick_where_each_one_begins(two_ranks):
     from matplotlib.collections import LineCollection
 
-    from helpers.plotting import STEP_TICK
+    from helpers.drawing import STEP_TICK
 
     fig = plot_rank_timeline(two_ranks)
     steps = next(
@@ -403,7 +404,7 @@ def test_a_widened_bar_at_the_end_stays_inside_the_axis(tmp_path, write):
 def test_names_are_matched_on_the_categorical_and_on_text_alike(two_ranks):
     import re
 
-    from helpers.kinds import event_names, name_matches
+    from helpers.analysis.kinds import event_names, name_matches
 
     assert isinstance(two_ranks["name"].dtype, pd.CategoricalDtype)  # what the loader gives
     names = event_names(two_ranks)
@@ -425,7 +426,7 @@ def test_the_summaries_give_names_as_text(two_ranks):
 def test_profiling_cost_gives_a_slowdown_per_workload_and_setting():
     from torch.profiler import ProfilerActivity
 
-    from helpers.overhead import profiling_cost
+    from helpers.analysis import profiling_cost
 
     settings = {"no profiler": None, "profiler": {}}
     cost = profiling_cost(
@@ -439,3 +440,85 @@ def test_profiling_cost_gives_a_slowdown_per_workload_and_setting():
     assert list(zip(cost["workload"], cost["setting"])) == [(w, s) for w in "ab" for s in settings]
     assert (cost.loc[cost["setting"] == "no profiler", "slowdown"] == 1.0).all()
     assert (cost["slowdown"] > 0).all()
+
+
+# ------------------------------------------------------------------ RPC calls and their work
+
+
+def test_rpc_calls_name_each_call_and_what_it_caused_remotely(tmp_path):
+    from helpers import by_rpc_node, rpc_calls
+
+    events = rpc_calls(by_rpc_node(load_trace(legacy_rpc_trace(tmp_path / "legacy.json")).events))
+    by_name = events.set_index(events["name"].astype(str))
+    call = by_name.loc["rpc_async#udf(worker0 -> worker1)"]
+    assert (call["call"], call["rank"], call["lane"]) == ("udf", 0, "call udf")
+    assert pd.isna(call["remote_op"])
+    ran = by_name.loc["rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul"]
+    assert (ran["call"], ran["remote_op"], ran["rank"]) == ("udf", "aten::mul", 1)
+    assert ran["lane"] == "thread 4"
+
+
+def test_enclosure_pairs_each_call_with_its_work_and_says_whether_it_lies_inside():
+    calls = pd.DataFrame({"key": ["a", "b", "c"], "rel_us": [0.0, 0.0, 0.0], "dur_us": [1e3] * 3})
+    work = pd.DataFrame(
+        {"key": ["a", "b", "b", "d"], "rel_us": [100.0, 900.0, 950.0, 0.0], "dur_us": [50.0] * 4}
+    )
+    table = enclosure(calls, work, on="key")
+    assert list(table["key"]) == ["a"]  # b ran twice (no single pair), c and d have no partner
+    assert table.loc[0, "inside"]
+    late = enclosure(calls, work.assign(rel_us=[980.0, 0, 0, 0]), on="key")
+    assert not late.loc[0, "inside"]  # the work ends at 1.03 ms, after its call's 1.0 ms
+
+
+# ------------------------------------------------------------------ figures of later lessons
+
+
+def test_the_launch_lag_figure_shades_each_steps_gpu_work_like_the_step(write, kineto, tmp_path):
+    from helpers import plot_launch_lag
+
+    doc = kineto(0, backend="nccl")  # steps at 0 and 1000 µs
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 100,
+         "ts": 20.0, "dur": 5, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
+         "ts": 1100.0, "dur": 300, "args": {"correlation": 7, "stream": 7}},
+    ]  # fmt: skip
+    fig = plot_launch_lag(load_trace(write(tmp_path / "rank0.json", doc)).events)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [f"step {s} and the GPU work it launched" for s in (1, 2)]
+    gpu_bars = [c for c in ax.collections if c.get_paths()[0].get_extents().y0 < 1]
+    assert gpu_bars, "the kernel is drawn on the GPU row"
+    assert any("not in this trace" in t.get_text() for t in ax.texts), "the blank is explained"
+
+
+def test_the_launch_lag_figure_wants_one_rank(two_ranks):
+    from helpers import plot_launch_lag
+
+    with pytest.raises(ValueError, match="one rank"):
+        plot_launch_lag(two_ranks)
+
+
+def test_stacked_timelines_span_the_same_time_so_widths_compare(two_ranks):
+    from helpers import plot_timelines
+
+    short = two_ranks[two_ranks["step"] == 1]
+    fig = plot_timelines({"one step": short, "three steps": two_ranks}, pad_ms=1.0)
+    spans = [ax.get_xlim()[1] - ax.get_xlim()[0] for ax in fig.axes if ax.get_title()]
+    assert len(spans) == 2 and spans[0] == pytest.approx(spans[1])
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["one step", "three steps"]
+
+
+def test_a_figure_is_shown_with_its_alternative_text_and_closed(monkeypatch, two_ranks):
+    import matplotlib.pyplot as plt
+
+    import helpers.drawing.show as show
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, metadata: shown.append(metadata))
+    fig = plot_rank_timeline(two_ranks)
+    show.show_figure(fig, "Two ranks,\n three steps each.")
+    assert shown == [{"image/png": {"alt": "Two ranks, three steps each."}}]
+    assert not plt.fignum_exists(fig.number)
+    with pytest.raises(ValueError, match="what the figure shows"):
+        show.show_figure(fig, "  ")

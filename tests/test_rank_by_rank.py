@@ -14,9 +14,9 @@ from helpers import (
     time_per_kind,
     waiting_per_step,
 )
-from helpers.rank_by_rank import summarise_run
-from helpers.recorded import RECORDINGS_ROOT, replay
+from helpers.jobs.recorded import RECORDINGS_ROOT, replay
 from helpers.traces import TraceError, load_run
+from helpers.traces.rank_by_rank import summarise_run
 
 
 def _replayed(experiment: str, root: Path) -> Path:
@@ -68,7 +68,7 @@ def test_a_folder_without_traces_is_named(tmp_path):
 
 def test_each_rank_is_kept_as_parquet_and_read_back_the_same(tmp_path):
     from helpers import load_trace
-    from helpers.rank_by_rank import rank_events
+    from helpers.traces.rank_by_rank import rank_events
 
     folder = _replayed("ddp", tmp_path)
     summarise_run(folder, workers=1, progress=False)
@@ -80,7 +80,7 @@ def test_each_rank_is_kept_as_parquet_and_read_back_the_same(tmp_path):
 
 
 def test_a_changed_file_is_decoded_again_and_its_old_cache_goes(tmp_path):
-    from helpers.rank_by_rank import rank_events
+    from helpers.traces.rank_by_rank import rank_events
 
     folder = _replayed("ddp", tmp_path)
     path = sorted(folder.glob("rank*.json"))[0]
@@ -94,7 +94,7 @@ def test_a_changed_file_is_decoded_again_and_its_old_cache_goes(tmp_path):
 
 def test_a_damaged_cache_is_no_cache(tmp_path):
     from helpers import load_trace
-    from helpers.rank_by_rank import rank_events
+    from helpers.traces.rank_by_rank import rank_events
 
     folder = _replayed("ddp", tmp_path)
     path = sorted(folder.glob("rank*.json"))[0]

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from helpers.launch import RankFailed, launch, processes_of_run
+from helpers.jobs import RankFailed, launch, processes_of_run
 
 RPC_SCRIPT = """
 import os, sys, time, warnings

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from helpers.launch import launch
+from helpers.jobs import launch
 
 IDLE_WORKER = """
 import json, os, sys, time, warnings

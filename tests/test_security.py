@@ -1,7 +1,7 @@
 """Safe by default: what a run opens to the network, and paths that stay inside their folders.
 
 The listener tests launch real jobs and sample the socket table of their processes while they
-run (:class:`helpers.launch.ListenerWatch`)."""
+run (:class:`helpers.ListenerWatch`)."""
 
 import gzip
 import json
@@ -13,14 +13,15 @@ import psutil
 import pytest
 
 from conftest import RANKS_SCRIPT, REPO
-from helpers import recorded, runs
-from helpers.launch import (
+from helpers.jobs import (
     INTERFACE_VARIABLES,
     ListenerWatch,
     launch,
     loopback_interface,
+    recorded,
+    runs,
 )
-from helpers.runs import new_run_dir
+from helpers.jobs.runs import new_run_dir
 
 DDP_SCRIPT = """
 import json, os, time
@@ -143,7 +144,7 @@ def test_the_doctor_measures_that_a_run_listens_on_loopback_only():
 
 def test_the_doctor_warns_naming_a_listener_beyond_loopback():
     from helpers.doctor import _network_exposure
-    from helpers.launch import Listener
+    from helpers.jobs import Listener
 
     seen = {Listener("torchrun agent", 1, "::", 29500), Listener("rank", 2, "127.0.0.1", 4000)}
     check = _network_exposure(seen)

@@ -15,9 +15,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import _tracecache as tracecache
-from helpers.trace_export import gather_traces, merge_traces
-from helpers.traces import TraceError, TraceWarning, load_run, load_trace
+from helpers.traces import (
+    TraceError,
+    TraceWarning,
+    gather_traces,
+    load_run,
+    load_trace,
+    merge_traces,
+)
+from helpers.traces import _cache as tracecache
 
 MiB = 1024**2
 
@@ -311,7 +317,7 @@ def test_a_run_with_deeply_nested_header_values_is_cached_and_read_back(tmp_path
 def test_an_unexpected_exception_while_reading_a_file_becomes_a_trace_error(
     tmp_path, kineto, write, monkeypatch
 ):
-    import helpers._tracefile as tracefile
+    import helpers.traces._file as tracefile
 
     path = write(tmp_path / "rank0.json", kineto(0))
 
@@ -385,7 +391,7 @@ def test_a_lenient_load_lists_a_hostile_file_and_loads_the_others(tmp_path, kine
 def test_a_lenient_load_lists_a_file_that_failed_in_an_unforeseen_way(
     tmp_path, kineto, write, monkeypatch
 ):
-    import helpers._tracefile as tracefile
+    import helpers.traces._file as tracefile
 
     write(tmp_path / "rank0.json", kineto(0))
     write(tmp_path / "rank1.json", kineto(1, pid=200))
@@ -406,7 +412,7 @@ def test_a_lenient_load_lists_a_file_that_failed_in_an_unforeseen_way(
 def test_a_worker_process_that_dies_ends_in_a_trace_error_naming_its_file(
     tmp_path, kineto, write, monkeypatch
 ):
-    import helpers._tracefile as tracefile
+    import helpers.traces._file as tracefile
 
     for rank in range(4):
         write(tmp_path / f"rank{rank}.json", kineto(rank, world=4, pid=100 + rank))
@@ -498,7 +504,7 @@ def test_the_cache_key_includes_the_loader_source(cached_run, monkeypatch):
 
 
 def test_a_cache_made_by_another_loader_version_is_not_read(cached_run, monkeypatch):
-    from helpers import traces
+    from helpers.traces import load as traces
 
     monkeypatch.setattr(tracecache, "LOADER_VERSION", tracecache.LOADER_VERSION + 1)
     calls = []

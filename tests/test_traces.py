@@ -7,8 +7,14 @@ import pandas as pd
 import pytest
 
 from helpers.analysis import shift_ranks
-from helpers.trace_export import gather_traces, merge_traces
-from helpers.traces import TraceError, TraceWarning, load_run, load_trace
+from helpers.traces import (
+    TraceError,
+    TraceWarning,
+    gather_traces,
+    load_run,
+    load_trace,
+    merge_traces,
+)
 
 # ---------------------------------------------------------------- real traces
 
@@ -548,7 +554,7 @@ def test_the_cache_is_used_while_nothing_changed(eight_ranks, monkeypatch):
     first = load_run(eight_ranks)
     assert list((eight_ranks / ".cache").glob("events-*.npz"))
 
-    import helpers.traces as traces
+    import helpers.traces.load as traces
 
     monkeypatch.setattr(traces, "_load_files", lambda *a, **k: pytest.fail("files were read again"))
     again = load_run(eight_ranks)
@@ -589,7 +595,7 @@ def test_ranks_may_be_given_as_an_iterator(eight_ranks):
 
 
 def test_a_short_load_prints_no_progress_bar(eight_ranks, capsys, monkeypatch):
-    import helpers._progress as progress
+    import helpers.traces._progress as progress
 
     monkeypatch.setattr(progress, "watched", lambda: True)  # as in a terminal or a notebook
     load_run(eight_ranks, cache=False)
@@ -607,7 +613,7 @@ def test_a_load_with_progress_shows_a_tqdm_bar_and_false_silences_it(eight_ranks
 
 
 def test_a_slow_load_shows_its_bar_where_someone_watches(eight_ranks, capsys, monkeypatch):
-    import helpers._progress as progress
+    import helpers.traces._progress as progress
 
     monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # every load is slow now
     monkeypatch.setattr(progress, "watched", lambda: True)
@@ -635,7 +641,7 @@ def test_a_default_bar_is_watched_in_a_terminal_or_a_kernel_unless_pdp_no_progre
     import io
     import sys
 
-    import helpers._progress as progress
+    import helpers.traces._progress as progress
 
     class Stderr(io.StringIO):
         def isatty(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..launch import RankFailed
+from ..jobs import RankFailed
 from .common import Check, whole, whole_numbers, wrong_run
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..kinds import name_matches
+from ..analysis import name_matches
 from ..traces import load_run
 from .common import Check, close, number, whole, wrong_run
 

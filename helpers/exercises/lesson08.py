@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..flight_recorder import (
+from ..hangs import (
     FlightRecorderError,
     Mismatch,
     first_mismatch,
     load_flight_records,
 )
-from ..launch import LaunchError
+from ..jobs import LaunchError
 from .common import Check, whole, wrong_run
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "HANG_SCRIPT"]

@@ -1,0 +1,74 @@
+"""Answering questions: functions of the ``events`` DataFrame of a run (``load_run(...)``)
+that return small DataFrames in milliseconds. One function per question; the same question
+gets the same, true answer on a CPU trace (gloo spans) and a GPU trace (NCCL kernels), read
+from what the trace holds.
+
+- ``kinds``: the kinds of event (how each is recognised, its colour), defined once.
+- ``intervals``: wall time of overlapping intervals, counted once.
+- ``steps``: step times, time per kind, the heaviest ops, time per line of a script.
+- ``collectives``: the same collective matched on every rank; waiting against moving data,
+  the straggler, overlap with computation, bandwidth.
+- ``memory``: memory in use over time from a starting point, and its peaks.
+- ``gpu``: how long each GPU stream sat idle in a step.
+- ``clocks``: how far the nodes' clocks disagree, and the events shifted to correct it.
+- ``rpc``: the node of each event of an RPC trace, the calls and the remote work they caused
+  (and whether each call encloses it), parallel lanes.
+- ``overhead``: what profiling costs a training step.
+"""
+
+from .clocks import clock_offsets, shift_ranks
+from .collectives import (
+    COLLECTIVE_NAMES,
+    NCCL_KERNELS,
+    bus_factor,
+    collective_bandwidth,
+    collective_source,
+    collective_waits,
+    communication_overlap,
+    find_straggler,
+    matched_collectives,
+    waiting_per_step,
+)
+from .gpu import gpu_idle_time
+from .intervals import busy_ms, busy_ms_per_group, merge_intervals
+from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind, event_names, name_matches
+from .memory import memory_over_time, memory_peaks
+from .overhead import profiling_cost
+from .rpc import by_rpc_node, enclosure, max_parallel_lanes, rpc_calls
+from .steps import step_times, time_by_source_line, time_per_kind, top_ops
+
+__all__ = [
+    "KINDS",
+    "KIND_NAMES",
+    "KIND_COLORS",
+    "event_kind",
+    "event_names",
+    "name_matches",
+    "merge_intervals",
+    "busy_ms",
+    "busy_ms_per_group",
+    "step_times",
+    "time_per_kind",
+    "top_ops",
+    "time_by_source_line",
+    "COLLECTIVE_NAMES",
+    "NCCL_KERNELS",
+    "collective_source",
+    "matched_collectives",
+    "collective_waits",
+    "waiting_per_step",
+    "find_straggler",
+    "communication_overlap",
+    "collective_bandwidth",
+    "bus_factor",
+    "gpu_idle_time",
+    "memory_over_time",
+    "memory_peaks",
+    "clock_offsets",
+    "shift_ranks",
+    "by_rpc_node",
+    "rpc_calls",
+    "enclosure",
+    "max_parallel_lanes",
+    "profiling_cost",
+]

@@ -1,0 +1,247 @@
+"""The collectives of a run: which events hold them, the same collective matched on every
+rank, and what that tells: waiting and transfer, the straggler, overlap with computation and
+bandwidth (how far the nodes' clocks disagree, read from the same matches, is in :mod:`.clocks`).
+
+All take the ``events`` DataFrame of ``load_run(...)``. The same questions get the same
+answers on both backends: they read what the trace holds (NCCL's kernels on a GPU trace,
+gloo's CPU spans on a CPU trace), and every GPU event belongs to the step whose CPU code
+launched it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from .intervals import busy_ms_per_group, covered_us, merge_intervals
+from .kinds import event_names, name_matches
+
+__all__ = [
+    "COLLECTIVE_NAMES",
+    "NCCL_KERNELS",
+    "collective_source",
+    "matched_collectives",
+    "collective_waits",
+    "waiting_per_step",
+    "find_straggler",
+    "communication_overlap",
+    "collective_bandwidth",
+    "bus_factor",
+]
+
+
+#: Names of the collectives as the backends record them on the CPU (``gloo:all_reduce``,
+#: ``nccl:all_reduce``). With gloo (and MPI) these spans are the collective itself; with
+#: NCCL they only queue the work on the GPU, in a few µs.
+COLLECTIVE_NAMES = r"^(?:gloo|nccl|mpi):"
+#: Names of NCCL's GPU kernels, where an NCCL collective waits for its peers and moves data.
+NCCL_KERNELS = r"^nccl(?:Dev)?Kernel"
+
+_MATCHED_BY = {
+    "seq": "sequence number",
+    "identity": "collective, process group and message size, in order",
+    "order": "name and order on each rank",
+}
+
+
+def collective_source(events: pd.DataFrame) -> tuple[str, str]:
+    """Which events hold a run's collectives, read from the trace itself: ``(pattern, what)``.
+
+    NCCL kernels on the GPU when the trace has them (there an NCCL collective waits and
+    moves data); otherwise the CPU spans ``gloo:*`` / ``nccl:*`` / ``mpi:*`` (gloo's are the
+    collective itself). A trace with ``nccl:*`` spans but no kernels was profiled without
+    CUDA activity: its spans measure only the queueing, and a warning says so."""
+    if name_matches(events, NCCL_KERNELS).any():
+        return NCCL_KERNELS, "NCCL kernels on the GPU"
+    if name_matches(events, r"^nccl:").any():
+        warnings.warn(
+            "this trace has nccl:* spans but no NCCL kernels: the CPU spans only queue the "
+            "work, so waiting and transfer cannot be read from them. Profile with "
+            "ProfilerActivity.CUDA to record the kernels",
+            stacklevel=3,
+        )
+    return COLLECTIVE_NAMES, "CPU spans (gloo:, nccl:, mpi:)"
+
+
+def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
+    """The collectives (``names``, or :func:`collective_source`'s choice), each with a ``key``
+    and an ``index`` that are equal for the same collective on every rank, and ``matched_by``.
+
+    A collective is matched by what the trace records about it: its sequence number where
+    present; else its collective name, process group and message size (the i-th such on
+    each rank); else its event name (the i-th such on each rank)."""
+    pattern = collective_source(events)[0] if names is None else names
+    ev = events[name_matches(events, pattern)].sort_values(["rank", "start_us"], kind="stable")
+    ev = ev.assign(name=event_names(ev))
+    label = ev["collective"].astype(str).where(ev["collective"].notna(), ev["name"])
+    group = ev["process_group"].astype(str).where(ev["process_group"].notna(), "")
+    by_seq = ev["seq"].notna().to_numpy()
+    by_identity = ~by_seq & (ev["collective"].notna() & ev["msg_bytes"].notna()).to_numpy()
+    rules = [by_seq, by_identity]
+    how = np.select(rules, ["seq", "identity"], "order")
+    key = np.select(
+        rules,
+        [
+            "seq|" + label + "|" + group + "|" + ev["seq"].astype(str),
+            "id|" + label + "|" + group + "|" + ev["msg_bytes"].astype(str),
+        ],
+        "order|" + ev["name"],
+    )
+    ev["key"] = key
+    ev["matched_by"] = pd.Categorical([_MATCHED_BY[h] for h in how])
+    ev["index"] = ev.groupby(["rank", "key"]).cumcount()
+    return ev
+
+
+def _on_every_rank(ev: pd.DataFrame) -> pd.DataFrame:
+    """The collectives seen on every rank they belong to: all loaded ranks, or, where the
+    trace gives the group's size, that many ranks (a collective of a smaller group)."""
+    ranks = ev["rank"].nunique()
+    seen = ev.groupby(["key", "index"])["rank"].transform("nunique")
+    expected = ev["group_size"].astype("Float64").clip(upper=ranks).fillna(ranks).to_numpy()
+    return ev[seen.to_numpy() >= expected]
+
+
+def collective_waits(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """Split each collective into waiting and moving data, per rank.
+
+    names: a regular expression on event names; by default what the trace holds (NCCL
+    kernels on a GPU trace, gloo's CPU spans on a CPU trace: :func:`collective_source`).
+
+    The same collective is found on every rank (by sequence number, or collective, process
+    group and size, or name and order: column ``matched_by``). All ranks leave it at about
+    the same moment, so the shortest duration among them approximates the transfer itself;
+    the rest of each rank's duration is time spent waiting for the others. This needs no
+    agreement between the ranks' clocks. With one rank loaded, the transfer is its duration.
+
+    Returns one row per collective and rank: ``name, index, rank, step, start_us, dur_us,
+    transfer_us, wait_us, matched_by`` (and ``key``: what identifies the collective);
+    collectives missing on some rank are left out. ``step`` is the step that launched a
+    GPU kernel.
+    """
+    columns = ["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]
+    return _waits(events, names)[columns + ["matched_by", "key"]].reset_index(drop=True)
+
+
+def _waits(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
+    """The matched collectives with every column of ``events``, ``transfer_us`` and ``wait_us``."""
+    ev = _on_every_rank(matched_collectives(events, names))
+    ev = ev.assign(transfer_us=ev.groupby(["key", "index"])["dur_us"].transform("min"))
+    ev["wait_us"] = ev["dur_us"] - ev["transfer_us"]
+    return ev
+
+
+def waiting_per_step(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """Time each rank spent waiting in collectives, per step, in ms (rows: step, columns: rank).
+
+    Waiting is the first ``wait_us`` of each collective (see :func:`collective_waits`).
+    Collectives run on several threads (or streams) at once, so the waiting intervals of
+    one rank and step are joined and counted once: wall time, not a sum of durations.
+    """
+    waits = collective_waits(events, names).dropna(subset=["step"])
+    waits["wait_end_us"] = waits["start_us"] + waits["wait_us"]
+    table = busy_ms_per_group(waits, ["step", "rank"], "wait_end_us").unstack(
+        "rank", fill_value=0.0
+    )
+    return table.rename_axis(index="step", columns="rank")
+
+
+def find_straggler(events: pd.DataFrame, names: str | None = None) -> int:
+    """The rank the others wait for: the one that waits least in collectives (median per step).
+
+    It always names a rank, even in a run without a straggler (two ranks never wait exactly as
+    long): compare the others' waiting with a normal run's before calling it a straggler.
+    """
+    waits = waiting_per_step(events, names)
+    if waits.empty:
+        raise ValueError(
+            "no collectives inside profiler steps: a straggler can only be found in "
+            "traces with ProfilerStep#N and collectives (gloo:/nccl: spans or NCCL kernels)"
+        )
+    return int(waits.median().idxmin())
+
+
+# ---------------------------------------------------- hidden behind computation
+
+
+def _compute_events(events: pd.DataFrame, gpu: bool) -> pd.DataFrame:
+    """Computation: GPU kernels other than NCCL's on a GPU trace, CPU ops on a CPU trace."""
+    kind = "gpu kernel" if gpu else "compute"
+    return events[(events["kind"] == kind).to_numpy() & ~name_matches(events, NCCL_KERNELS)]
+
+
+def communication_overlap(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """How much of each rank's communication ran while computation ran too, per step.
+
+    Communication: the collectives (:func:`collective_source`: NCCL kernels on a GPU trace);
+    computation: the other GPU kernels on a GPU trace (any stream), CPU ops on a CPU trace.
+    Both are wall time (overlaps within each counted once) of the events of that step (for
+    kernels, the step that launched them). ``overlap`` is ``overlapped_ms / comm_ms``: 1.0 when
+    every moment of communication was hidden behind computation (HTA's comm/comp overlap).
+
+    Returns one row per rank and step: ``rank, step, comm_ms, overlapped_ms, overlap``.
+    """
+    pattern = collective_source(events)[0] if names is None else names
+    comm = events[name_matches(events, pattern)].dropna(subset=["step"])
+    compute = _compute_events(events, gpu=pattern == NCCL_KERNELS).dropna(subset=["step"])
+    rows = []
+    for (rank, step), group in comm.groupby(["rank", "step"], observed=True):
+        c_starts, c_ends = merge_intervals(group["start_us"], group["end_us"])
+        work = compute[(compute["rank"] == rank) & (compute["step"] == step)]
+        w_starts, w_ends = merge_intervals(work["start_us"], work["end_us"])
+        comm_us = float((c_ends - c_starts).sum())
+        overlapped_us = covered_us(c_starts, c_ends, w_starts, w_ends)
+        rows.append((rank, step, comm_us / 1e3, overlapped_us / 1e3))
+    table = pd.DataFrame(rows, columns=["rank", "step", "comm_ms", "overlapped_ms"])
+    table["overlap"] = table["overlapped_ms"] / table["comm_ms"]
+    return table.astype({"rank": int, "step": int})
+
+
+# -------------------------------------------------------------------- bandwidth
+
+
+def bus_factor(collective: str, group_size: float) -> float:
+    """nccl-tests' factor from algorithm to bus bandwidth for a collective of ``group_size``
+    ranks: 2(n-1)/n for all-reduce; (n-1)/n for all-gather, reduce-scatter, all-to-all,
+    gather and scatter; 1 for broadcast, reduce, send and receive; NaN when unknown."""
+    name = collective.lower().replace("_", "")
+    n = group_size
+    if not n or n != n or "barrier" in name:
+        return float("nan")
+    if "allreduce" in name:
+        return 2 * (n - 1) / n
+    if any(k in name for k in ("allgather", "reducescatter", "alltoall", "gather", "scatter")):
+        return (n - 1) / n
+    if any(k in name for k in ("broadcast", "reduce", "send", "recv")):
+        return 1.0
+    return float("nan")
+
+
+def collective_bandwidth(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """Achieved bandwidth of each collective whose message size the trace records, per rank.
+
+    As nccl-tests defines it: algorithm bandwidth ``algbw = size / time`` and bus bandwidth
+    ``busbw = algbw * factor`` (:func:`bus_factor`: 2(n-1)/n for an all-reduce of n ranks), in
+    GB/s (10^9 bytes). ``size`` is ``msg_bytes`` (the whole buffer); ``time`` is the
+    collective's transfer time from :func:`collective_waits` (its shortest duration across
+    the loaded ranks, so waiting for a late rank does not count; with one rank loaded it is
+    that rank's duration, waiting included, and the bandwidth a lower bound).
+
+    Returns ``name, collective, rank, step, msg_bytes, group_size, time_us, algbw_gbps,
+    busbw_gbps``; empty when no collective records its size.
+    """
+    waits = _waits(events, names)
+    sized = waits[waits["msg_bytes"].notna() & (waits["transfer_us"] > 0)]
+    sized = sized[sized["msg_bytes"] > 0].rename(columns={"transfer_us": "time_us"})
+    out = sized[["name", "collective", "rank", "step", "msg_bytes", "group_size", "time_us"]]
+    out = out.assign(collective=out["collective"].astype(str))
+    algbw = out["msg_bytes"].astype(float).to_numpy() / out["time_us"].to_numpy() / 1e3
+    factor = [
+        bus_factor(c, float(n)) if pd.notna(n) else float("nan")
+        for c, n in zip(out["collective"], out["group_size"])
+    ]
+    return out.assign(algbw_gbps=algbw, busbw_gbps=algbw * np.asarray(factor, float)).reset_index(
+        drop=True
+    )

@@ -1,0 +1,38 @@
+"""Questions only a GPU trace answers: how long each stream of each rank sat idle in a step.
+
+(The collectives' GPU side, NCCL kernels, overlap and bandwidth, is in :mod:`.collectives`.)
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .intervals import busy_ms
+
+__all__ = ["GPU_WORK", "gpu_idle_time"]
+
+#: The trace categories of work done on a GPU stream.
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def gpu_idle_time(events: pd.DataFrame) -> pd.DataFrame:
+    """How long each GPU stream sat idle in each step, per rank.
+
+    A step's GPU window on a rank runs from the first to the last moment any of its streams
+    worked on that step's kernels, memcpys and memsets (those its CPU code launched). A
+    stream is idle in the window when none of its work of that step runs.
+
+    Returns one row per rank, step and stream: ``rank, step, stream, window_ms, busy_ms,
+    idle_ms, idle_fraction``; empty for a trace without GPU events.
+    """
+    work = events[events["cat"].astype(str).isin(GPU_WORK).to_numpy()].dropna(subset=["step"])
+    rows = []
+    for (rank, step), group in work.groupby(["rank", "step"], observed=True):
+        window_us = float(group["end_us"].max() - group["start_us"].min())
+        for stream, lane in group.groupby("stream", observed=True):
+            busy_us = busy_ms(lane["start_us"], lane["end_us"]) * 1e3
+            rows.append((rank, step, stream, window_us / 1e3, busy_us / 1e3))
+    table = pd.DataFrame(rows, columns=["rank", "step", "stream", "window_ms", "busy_ms"])
+    table["idle_ms"] = table["window_ms"] - table["busy_ms"]
+    table["idle_fraction"] = table["idle_ms"] / table["window_ms"]
+    return table.astype({"rank": int, "step": int, "stream": int})

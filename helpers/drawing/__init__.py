@@ -1,0 +1,36 @@
+"""Drawing: the series' figures with matplotlib, one colour per kind of event everywhere
+(:data:`helpers.analysis.KIND_COLORS`), axes in milliseconds, rows labelled by rank.
+
+- ``timeline``: :func:`plot_rank_timeline`, one row per rank (lanes per thread or GPU stream,
+  ranks grouped by node) on one time axis; :func:`plot_timelines`, several of them one above
+  the other on equal spans; :func:`step_window`, the time span of a step.
+- ``gpu``: :func:`plot_launch_lag`, each step's CPU time above the GPU work it launched.
+- ``memory``: :func:`plot_memory`, memory in use over time, one line per rank.
+- ``show``: :func:`show_figure`, a figure shown in a notebook with its alternative text.
+- ``sequences``: :func:`plot_collective_sequences`, each rank's collectives in the order it
+  called them, side by side (a hung job's Flight Recorder dumps).
+"""
+
+from .gpu import plot_launch_lag
+from .memory import plot_memory
+from .sequences import plot_collective_sequences
+from .show import show_figure
+from .timeline import (
+    COLLAPSED_COMMUNICATION,
+    STEP_TICK,
+    plot_rank_timeline,
+    plot_timelines,
+    step_window,
+)
+
+__all__ = [
+    "plot_rank_timeline",
+    "plot_timelines",
+    "plot_launch_lag",
+    "step_window",
+    "plot_collective_sequences",
+    "plot_memory",
+    "show_figure",
+    "COLLAPSED_COMMUNICATION",
+    "STEP_TICK",
+]

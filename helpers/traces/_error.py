@@ -1,0 +1,27 @@
+"""How the trace layer speaks of a problem: :class:`TraceError` when a file cannot be used,
+:class:`TraceWarning` when it was loaded, but not exactly as written.
+
+Every module of the trace layer raises these; :mod:`helpers.traces` hands them on to the lessons.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..jobs.runs import show_path
+
+
+class TraceError(ValueError):
+    """A trace file (or a set of them) that cannot be used. ``path`` names the file."""
+
+    def __init__(self, path: str | Path | None, problem: str):
+        self.path = None if path is None else Path(path)
+        self.problem = problem
+        super().__init__(f"{show_path(self.path)}: {problem}" if self.path is not None else problem)
+
+    def __reduce__(self):  # rebuilt from (path, problem) when it comes back from a worker
+        return TraceError, (self.path, self.problem)
+
+
+class TraceWarning(UserWarning):
+    """A trace was loaded, but not exactly as written (bytes replaced, events left out)."""

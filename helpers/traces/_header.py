@@ -1,0 +1,184 @@
+"""What a trace says about itself: :class:`TraceHeader`, each field checked for its type and range.
+
+The rank comes from the argument, the trace's ``distributedInfo`` or the file name (in that
+order); world size, backend and run id from ``distributedInfo``; the time base from
+``baseTimeNanoseconds``. Fields of other shapes than expected are dropped rather than carried into
+comparisons and the cache; a rank or a time beyond what the frames hold is a
+:class:`~helpers.traces.TraceError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._error import TraceError
+from ._json import Doc, finite_number
+
+RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+MAX_RANK = 2**31 - 1  # ranks are int32 in the frames
+
+
+@dataclass
+class TraceHeader:
+    """What a trace says about itself (all optional in foreign traces), and what loading it
+    had to change (``notes``)."""
+
+    path: Path
+    rank: int
+    rank_source: str  # "distributedInfo", "file name", "argument", "assumed" or "merged file"
+    world_size: int | None = None
+    backend: str | None = None
+    run_id: str | None = None
+    base_time_ns: int | None = None
+    pids: list = field(default_factory=list)
+    start_us: float = float("nan")
+    end_us: float = float("nan")
+    gpu_events_without_launch: int = 0  # GPU events whose CPU launch is not in the trace
+    notes: list[str] = field(default_factory=list)
+
+
+def rank_in_name(name: str) -> int | None:
+    """The N of ``rank<N>`` in a file name; None when there is none, -1 when N has more
+    digits than any rank (it is then no rank at all)."""
+    m = RANK_IN_NAME.search(name)
+    if m is None:
+        return None
+    return int(m.group(1)) if len(m.group(1)) <= 10 else -1
+
+
+def header_of(doc: Doc, path: Path, rank: int | None, single: bool) -> TraceHeader:
+    """What the trace says about itself, each field checked for its type and range. ``single``:
+    the file is loaded on its own, so a trace that names no rank is taken as rank 0."""
+    if doc.mergedRanks:
+        _merged_pids(doc, path)
+        return TraceHeader(
+            path=path,
+            rank=-1,
+            rank_source="merged file",
+            world_size=_world_size(doc.world_size),
+            backend=_scalar(doc.backend, str),
+            base_time_ns=_base_time_ns(doc, path),
+        )
+    rank, source = _rank_of(doc, path, rank, single)
+    info = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    return TraceHeader(
+        path=path,
+        rank=rank,
+        rank_source=source,
+        world_size=_world_size(info.get("world_size")),
+        backend=_scalar(info.get("backend"), str),
+        run_id=_scalar(doc.run_id, str, int, float),
+        base_time_ns=_base_time_ns(doc, path),
+    )
+
+
+def describe(
+    header: TraceHeader,
+    start: np.ndarray,
+    dur: np.ndarray,
+    pid: tuple[np.ndarray, list],
+    notes: list[str],
+    unlaunched: int,
+) -> None:
+    """Fill in what the header says of the events loaded (in place): pids, span, notes."""
+    if unlaunched:
+        notes.append(
+            f"{unlaunched} GPU events have no CPU launch in the trace (launched before the "
+            f"profiler's window, or a trace without correlation ids); their step is <NA> (no step)"
+        )
+    header.pids = sorted(pid[1][c] for c in np.unique(pid[0]) if c >= 0)
+    header.notes = notes
+    header.gpu_events_without_launch = unlaunched
+    header.start_us, header.end_us = float(start.min()), float((start + dur).max())
+
+
+def _is_rank(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RANK
+
+
+def _rank_of(doc: Doc, path: Path, rank: int | None, single: bool) -> tuple[int, str]:
+    """The rank that wrote the file and where it was read: the argument, the trace's
+    ``distributedInfo``, the file name; a TraceError when one of them is not a rank."""
+    pass_it = "pass its rank: load_trace(path, rank=N) or load_run({rank: path, ...})"
+    if rank is not None:
+        try:
+            number = int(rank)  # numpy integers too
+        except (TypeError, ValueError, OverflowError):
+            number = -1
+        if not _is_rank(number):
+            raise TraceError(path, f"rank={rank!r} is not a rank (an int from 0 to {MAX_RANK})")
+        return number, "argument"
+    info = doc.distributedInfo
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        if not _is_rank(info["rank"]):
+            raise TraceError(
+                path,
+                f"its distributedInfo says rank {str(info['rank'])[:30]}, which is no rank "
+                f"(0 to {MAX_RANK}): the header is damaged; {pass_it}",
+            )
+        return info["rank"], "distributedInfo"
+    number = rank_in_name(path.name)
+    if number is not None:
+        if not _is_rank(number):
+            raise TraceError(
+                path,
+                f"the rank in its file name has more digits than any rank (0 to {MAX_RANK}); "
+                f"rename the file, or {pass_it}",
+            )
+        return number, "file name"
+    if single:
+        return 0, "assumed"
+    raise TraceError(
+        path,
+        "cannot tell which rank wrote it: no 'distributedInfo' in the trace "
+        "and no 'rank<N>' in the file name. Pass the ranks: "
+        "load_run({rank: path, ...})",
+    )
+
+
+def _base_time_ns(doc: Doc, path: Path) -> int | None:
+    """``baseTimeNanoseconds`` as an int (None when absent or not a number); a TraceError
+    when it is beyond any time in 64-bit nanoseconds."""
+    base = doc.baseTimeNanoseconds
+    if not (isinstance(base, int) and not isinstance(base, bool)):  # int: exact, as Kineto writes
+        number = finite_number(base)
+        if number is None:
+            return None
+        base = int(number)
+    if abs(base) >= 2**63:
+        raise TraceError(
+            path,
+            f"its baseTimeNanoseconds ({str(base)[:30]}...) is beyond any time in 64-bit "
+            f"nanoseconds: the header is damaged; re-record the trace, or delete that key "
+            f"(times are then read as they are)",
+        )
+    return base
+
+
+def _scalar(value: Any, *types: type) -> Any:
+    """``value`` when it is one of ``types`` (bools are not ints), else None: header fields
+    of other shapes are dropped rather than carried into comparisons and the cache."""
+    if isinstance(value, bool) and bool not in types:
+        return None
+    return value if isinstance(value, types) else None
+
+
+def _world_size(value: Any) -> int | None:
+    return value if _is_rank(value) and value > 0 else None
+
+
+def _merged_pids(doc: Doc, path: Path) -> None:
+    """A merged file's events have their rank as pid; a TraceError naming one that does not."""
+    for pid in {e.pid for e in doc.traceEvents}:
+        if not _is_rank(pid):
+            raise TraceError(
+                path,
+                f"is a merged trace (it has 'mergedRanks') but an event's pid, "
+                f"{str(pid)[:40]!r}, is not a rank number: it was not written by "
+                f"merge_traces, or was edited. Load the per-rank files instead",
+            )

@@ -1,0 +1,187 @@
+"""Analyses of a run too large to load whole: one rank at a time, in bounded memory.
+
+:func:`helpers.load_run` builds one DataFrame of every event of every rank: a run of hundreds of
+ranks with traces of 100 MB each does not fit in a laptop's memory that way. Most analyses of the
+series need far less than every event. Step times need the steps; time per kind needs each
+rank's events only while its row is computed; waiting in collectives needs the collectives of
+every rank (the only part where ranks meet), a few thousand rows per rank.
+
+:func:`summarise_run` reads one rank's file at a time (in ``workers`` processes at once), keeps
+of it its steps, its collectives and its row of time per kind, and lets the rest go; the
+:class:`RunSummary` it returns answers ``step_times()``, ``time_per_kind()``,
+``collective_waits()``, ``waiting_per_step()`` and ``find_straggler()`` with the very functions of
+:mod:`helpers.analysis`, run on those parts, so that the tables are
+the same as from the whole run in memory (the tests compare them). Memory peaks at what the
+workers hold, about one rank's DataFrame each, plus the parts kept.
+
+Each rank's events are kept as Parquet beside its file (:func:`rank_events`), and so are the
+parts kept of them, so a second pass reads only those; other engines read the same files: ``examples/rank_by_rank_on_dask.py``
+hands :func:`kept_of_rank` and :func:`summary_of` to a Dask cluster, for a job whose traces are
+too many for one machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import _cache
+from ._workers import each_in_processes, worker_failure
+from ..analysis import step_times, time_per_kind
+from ..analysis.collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
+from ..analysis.kinds import name_matches
+from ..jobs.runs import usable_cores
+from .load import load_trace, run_files
+
+__all__ = [
+    "RunSummary",
+    "summarise_run",
+    "rank_events",
+    "kept_of_rank",
+    "kept_of_file",
+    "summary_of",
+]
+
+
+@dataclass
+class RunSummary:
+    """What :func:`summarise_run` kept of a run: ``steps`` and ``collectives`` (those events of
+    every rank, with every column of the loader), ``kind_ms`` (time per kind, one row per rank),
+    the ``files`` read and their ``bytes``."""
+
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+    kind_ms: pd.DataFrame
+    files: list[Path] = field(default_factory=list)
+    bytes: int = 0
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.kind_ms.index)
+
+    def step_times(self) -> pd.DataFrame:
+        """:func:`helpers.step_times` of the whole run."""
+        return step_times(self.steps)
+
+    def time_per_kind(self) -> pd.DataFrame:
+        """:func:`helpers.time_per_kind` of the whole run."""
+        return self.kind_ms
+
+    def collective_waits(self, names: str | None = None) -> pd.DataFrame:
+        """:func:`helpers.collective_waits` of the whole run."""
+        return collective_waits(self.collectives, names)
+
+    def waiting_per_step(self, names: str | None = None) -> pd.DataFrame:
+        """:func:`helpers.waiting_per_step` of the whole run."""
+        return waiting_per_step(self.collectives, names)
+
+    def find_straggler(self, names: str | None = None) -> int:
+        """:func:`helpers.find_straggler` of the whole run."""
+        return find_straggler(self.collectives, names)
+
+
+def rank_events(path: str | Path, cache: bool = True, rank: int | None = None) -> pd.DataFrame:
+    """One rank's events, as :func:`helpers.load_trace` gives them: read from the rank's
+    Parquet cache (``.cache/rank-<file>-<key>.parquet`` beside the file) while the file has not
+    changed, else decoded and, with ``cache``, kept there. Parquet is the data ecosystem's
+    columnar format: DuckDB, Polars, Dask and Spark read these files as they are."""
+    path = Path(path)
+    where = _cache.rank_cache_file(path, "events", rank) if cache else None
+    events = _cache.read_rank(where) if where is not None else None
+    if events is None:
+        events = load_trace(path, rank).events
+        if where is not None:
+            _cache.write_rank(where, events)
+    return events
+
+
+def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """What the run-wide analyses need of one rank's ``events``: its steps, its collectives
+    (gloo's and NCCL's CPU spans, NCCL kernels) and its row of time per kind."""
+    steps = events[(events["kind"] == "step").to_numpy()]
+    collectives = events[
+        (events["kind"] == "communication").to_numpy() | name_matches(events, NCCL_KERNELS)
+    ]
+    return steps, collectives, time_per_kind(events)
+
+
+def kept_of_file(
+    path: str | Path, cache: bool = True, rank: int | None = None
+) -> tuple[pd.DataFrame, ...] | None:
+    """:func:`kept_of_rank` of one rank's file (the rest of its events are let go); None for a
+    merged file of several ranks (``merge_traces``), which :func:`helpers.load_run` leaves out
+    too. With ``cache`` the parts are kept too, in one Parquet file (the steps' and the
+    collectives' rows, the row of time per kind in its metadata), so that a second pass reads
+    only that."""
+    path = Path(path)
+    where = _cache.rank_cache_file(path, "kept", rank) if cache else None
+    rows = _cache.read_rank(where) if where is not None else None
+    if rows is not None and "kind_ms" in rows.attrs:
+        is_step = (rows["kind"] == "step").to_numpy()
+        return rows[is_step], rows[~is_step], _kinds_of_note(rows.attrs["kind_ms"])
+    events = rank_events(path, cache, rank)
+    if events["rank"].nunique() > 1:
+        return None
+    steps, collectives, kinds = kept_of_rank(events)
+    if where is not None:
+        rows = pd.concat([steps, collectives], ignore_index=True)
+        rows.attrs["kind_ms"] = kinds.to_dict(orient="split")
+        _cache.write_rank(where, rows)
+    return steps, collectives, kinds
+
+
+def _kinds_of_note(note: dict) -> pd.DataFrame:
+    """The row of time per kind that :func:`kept_of_file` kept in a cache's metadata, as
+    :func:`helpers.time_per_kind` gave it."""
+    return pd.DataFrame(
+        note["data"],
+        index=pd.Index(note["index"], dtype=np.int32, name="rank"),
+        columns=pd.Index(note["columns"], dtype="str"),
+        dtype=float,
+    )
+
+
+def summarise_run(
+    source: Any,
+    *,
+    workers: int | None = None,
+    cache: bool = True,
+    progress: bool | None = None,
+) -> RunSummary:
+    """Read a run's traces one rank at a time and keep what the run-wide analyses need (see
+    the module's docstring): a :class:`RunSummary`.
+
+    source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them),
+    a list of files, one per rank, or ``{rank: file}``; a merged file of several ranks is left out, as
+    ``load_run`` does. workers: processes reading files at once (default: the usable cores,
+    each holding one rank's DataFrame at a time). cache: keep each rank's events
+    (:func:`rank_events`) and the parts of them kept (:func:`kept_of_file`) as Parquet, so that
+    a second pass reads only the parts. progress: tqdm's bar
+    (default: only when the work takes over 2 s and someone watches).
+    """
+    items = run_files(source)[0]
+    files = [path for path, _ in items]
+    workers = max(1, min(workers or usable_cores(), len(files)))
+    jobs = [(path, cache, rank) for path, rank in items]
+    parts = each_in_processes(kept_of_file, jobs, workers, "summarising trace files", progress)
+    for path, part in zip(files, parts):
+        if isinstance(part, BaseException):
+            raise worker_failure(part, path)
+    return summary_of(parts, files)
+
+
+def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunSummary:
+    """The :func:`kept_of_rank` parts of every rank (computed here, or by any engine that maps
+    it over the ranks, Dask's included) joined into one :class:`RunSummary`; a part that is None
+    (a merged file, see :func:`summarise_run`) is left out with its file."""
+    files = [Path(p) for p, part in zip(files, parts) if part is not None] if files else []
+    parts = [part for part in parts if part is not None]
+    steps = pd.concat([p[0] for p in parts], ignore_index=True)
+    collectives = pd.concat([p[1] for p in parts], ignore_index=True)
+    kinds = pd.concat([p[2] for p in parts]).fillna(0.0).sort_index()
+    return RunSummary(steps, collectives, kinds, files, sum(p.stat().st_size for p in files))

@@ -1,0 +1,192 @@
+"""The layout of ``helpers/``: one folder per job (a room), layered, with one import surface.
+
+A room imports only itself, the rooms before it in :data:`ROOMS` and the shared ``_files``;
+no module imports another room's private modules or names; no import runs in a circle; no
+module is longer than 400 lines; every name that lessons, solutions, tests and the README
+import from ``helpers`` today is still importable from ``helpers`` itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import helpers
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "helpers"
+
+#: The rooms in the order they may import each other: each imports only those before it.
+ROOMS = ["jobs", "analysis", "traces", "drawing", "hangs", "live", "exercises", "doctor"]
+#: Modules at the top of helpers/ that every room may import.
+SHARED = {"helpers._files"}
+
+#: The public names that lessons, solutions, tests, examples, benchmarks and the README
+#: imported from helpers or one of its modules when it was laid out by job (issue 28).
+PUBLIC_NAMES = """
+launch launch_in_background BackgroundRun processes_of_run choose_device Device RunRecord
+new_run_dir show_path usable_cores CACHE_DIR LaunchError RankFailed RunTimedOut
+RendezvousTimedOut RunInterrupted use_recorded_runs RecordingMissing RECORDINGS_ROOT replay
+INTERFACE_VARIABLES Listener ListenerWatch loopback_interface script_from_lesson
+hide_kineto_noise load_trace load_run Trace RunTraces TraceError TraceWarning trace_files
+merge_traces gather_traces summarise_run RunSummary rank_events kept_of_file summary_of KINDS
+KIND_NAMES KIND_COLORS event_kind event_names name_matches busy_ms busy_ms_per_group
+step_times time_per_kind top_ops time_by_source_line COLLECTIVE_NAMES NCCL_KERNELS
+collective_source collective_waits waiting_per_step find_straggler communication_overlap
+collective_bandwidth bus_factor gpu_idle_time clock_offsets shift_ranks by_rpc_node
+max_parallel_lanes profiling_cost plot_rank_timeline step_window plot_collective_sequences
+COLLAPSED_COMMUNICATION STEP_TICK load_flight_records first_mismatch analyse_with_pytorch
+FlightRecorderError serve_debug_requests debug_servers where_ranks_are rank_stacks
+profile_ranks flight_records_now wait_counters listening_sockets saved_answers LiveRunError
+MAX_ANSWER_MB check evaluate CHECKS ExerciseNotSolved MUST_PASS_ENV
+""".split()
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(path: Path) -> list[tuple[str, str | None]]:
+    """``(module, name)`` for every import of helpers' modules in ``path`` (name: what a
+    ``from`` import takes, None for ``import x``), relative imports resolved."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None) for a in node.names if a.name.startswith("helpers")]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module.startswith("helpers"):
+                found += [(module, a.name) for a in node.names]
+    return found
+
+
+def target(module: str, name: str | None, known: dict[str, Path]) -> str:
+    """The module an import reaches: ``from pkg import mod`` reaches ``pkg.mod``."""
+    return f"{module}.{name}" if name and f"{module}.{name}" in known else module
+
+
+def room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS else None
+
+
+def private(part: str) -> bool:
+    return part.startswith("_") and not part.endswith("__")
+
+
+def edges() -> list[tuple[str, str, str | None]]:
+    known = modules()
+    return [
+        (source, target(module, name, known), name)
+        for source, path in known.items()
+        for module, name in imported(path)
+    ]
+
+
+def test_every_module_of_helpers_is_in_a_room_or_shared():
+    loose = [m for m in modules() if m != "helpers" and room(m) is None and m not in SHARED]
+    assert loose == []
+
+
+@pytest.mark.parametrize("name", [r for r in ROOMS if r != "doctor"])
+def test_every_room_says_what_it_does_and_what_it_exports(name):
+    init = PACKAGE / name / "__init__.py"
+    module = getattr(helpers, name)
+    assert (module.__doc__ or "").strip(), f"{init} needs a docstring"
+    assert module.__all__, f"{init} needs __all__"
+    for path in sorted((PACKAGE / name).glob("*.py")):
+        if path.name != "__init__.py" and name != "exercises":
+            assert f"``{path.stem}``" in module.__doc__, f"{init}'s docstring names {path.name}"
+
+
+def upward(found: list[tuple[str, str, str | None]]) -> list[str]:
+    """The imports in ``found`` that reach a room after their own in :data:`ROOMS`."""
+    return [
+        f"{source} -> {reached}"
+        for source, reached, _ in found
+        if room(source) and room(reached) and ROOMS.index(room(reached)) > ROOMS.index(room(source))
+    ]
+
+
+def leaks(found: list[tuple[str, str, str | None]]) -> list[str]:
+    """The imports in ``found`` of another room's private module or name."""
+    return [
+        f"{source} -> {reached} ({name})"
+        for source, reached, name in found
+        if room(source) != room(reached)
+        and reached not in SHARED
+        and (any(private(p) for p in reached.split(".")) or (name and private(name)))
+    ]
+
+
+def circles(found: list[tuple[str, str, str | None]]) -> list[list[str]]:
+    """Every loop of imports in ``found`` (a package importing its own modules is no loop)."""
+    graph: dict[str, set[str]] = {}
+    for source, reached, _ in found:
+        if reached != source:
+            graph.setdefault(source, set()).add(reached)
+    done, path, loops = set(), [], []
+
+    def visit(node: str) -> None:
+        if node in path:
+            loops.append(path[path.index(node) :] + [node])
+        elif node not in done:
+            done.add(node)
+            path.append(node)
+            for nxt in sorted(graph.get(node, ())):
+                visit(nxt)
+            path.pop()
+
+    for node in sorted(graph):
+        visit(node)
+    return loops
+
+
+def test_a_room_imports_only_the_rooms_before_it():
+    assert upward(edges()) == []
+
+
+def test_no_module_imports_a_private_module_or_name_of_another_room():
+    assert leaks(edges()) == []
+
+
+def test_no_import_runs_in_a_circle():
+    assert circles(edges()) == []
+
+
+def test_the_layering_rules_catch_what_they_forbid():
+    assert upward([("helpers.analysis.steps", "helpers.traces.load", "load_run")])
+    assert leaks([("helpers.live.questions", "helpers.jobs._guard", "RUN_MARKER")])
+    assert leaks([("helpers.live.questions", "helpers.jobs.runs", "_shorten_paths")])
+    assert not leaks([("helpers.jobs.launch", "helpers.jobs._guard", "RUN_MARKER")])
+    assert not leaks([("helpers.jobs.runs", "helpers._files", "write_atomically")])
+    loop = [("helpers.a.x", "helpers.a.y", None), ("helpers.a.y", "helpers.a.x", None)]
+    assert circles(loop) == [["helpers.a.x", "helpers.a.y", "helpers.a.x"]]
+
+
+def test_no_module_of_helpers_is_longer_than_400_lines():
+    long = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def test_every_public_name_used_before_the_layout_is_importable_from_helpers():
+    missing = [name for name in PUBLIC_NAMES if name not in helpers.__all__]
+    assert missing == []
+    for name in PUBLIC_NAMES:
+        assert getattr(helpers, name) is not None
+
+
+def test_the_one_import_surface_is_the_union_of_the_rooms():
+    rooms = [n for r in ROOMS if r != "doctor" for n in getattr(helpers, r).__all__]
+    assert sorted(helpers.__all__) == sorted(rooms)
+    assert len(set(helpers.__all__)) == len(helpers.__all__), "a name exported by two rooms"

@@ -1,0 +1,139 @@
+"""Memory over time: the ``[memory]`` events of a trace read into a frame, counted from a
+starting point, and drawn."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import json
+
+import pandas as pd
+import pytest
+
+from helpers import (
+    TraceError,
+    load_memory,
+    load_trace,
+    memory_over_time,
+    memory_peaks,
+    merge_traces,
+    plot_memory,
+)
+
+MIB = 2**20
+
+
+def memory_event(ts, nbytes, allocated, device_type=0, device_id=-1, reserved=0):
+    return {
+        "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 100,
+        "tid": 100, "ts": ts,
+        "args": {"Total Reserved": reserved, "Total Allocated": allocated, "Bytes": nbytes,
+                 "Device Id": device_id, "Device Type": device_type, "Addr": 1},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def with_memory(kineto):
+    """A trace of rank 0 whose step allocates 3 MiB on the CPU (1 MiB was in use before) and
+    frees 2, and allocates 4 MiB on GPU 0."""
+    doc = kineto(0, steps=1)
+    doc["traceEvents"] += [
+        memory_event(100.0, 2 * MIB, 3 * MIB),
+        memory_event(200.0, 1 * MIB, 4 * MIB),
+        memory_event(300.0, -2 * MIB, 2 * MIB),
+        memory_event(150.0, 4 * MIB, 4 * MIB, device_type=1, device_id=0),
+    ]
+    return doc
+
+
+def test_memory_events_are_read_with_their_device_bytes_and_totals(with_memory, write, tmp_path):
+    memory = load_memory(write(tmp_path / "rank0.json", with_memory))
+    cpu = memory[memory["device"] == "cpu"]
+    assert list(cpu["bytes"]) == [2 * MIB, MIB, -2 * MIB]
+    assert list(cpu["allocated"]) == [3 * MIB, 4 * MIB, 2 * MIB]
+    assert set(memory["device"]) == {"cpu", "cuda:0"}
+    assert (memory["rank"] == 0).all()
+
+
+def test_memory_times_share_the_clock_of_the_loaders_events(with_memory, write, tmp_path):
+    path = write(tmp_path / "rank0.json", with_memory)
+    events = load_trace(path).events
+    step = events[events["kind"] == "step"].iloc[0]
+    memory = load_memory(path, device="cpu")
+    assert memory["time_us"].iloc[0] - step["start_us"] == pytest.approx(100.0)
+
+
+def test_a_device_is_chosen_by_kind_or_by_number(with_memory, write, tmp_path):
+    path = write(tmp_path / "rank0.json", with_memory)
+    assert set(load_memory(path, device="cuda")["device"]) == {"cuda:0"}
+    assert set(load_memory(path, device="cuda:0")["device"]) == {"cuda:0"}
+    with pytest.raises(TraceError, match="no memory events of device 'cuda:1'"):
+        load_memory(path, device="cuda:1")
+
+
+def test_each_rank_of_a_run_has_its_own_rows(with_memory, kineto, write, tmp_path):
+    write(tmp_path / "rank0.json", with_memory)
+    other = kineto(1, steps=1)
+    other["traceEvents"].append(memory_event(50.0, MIB, MIB))
+    write(tmp_path / "rank1.json", other)
+    memory = load_memory(tmp_path, device="cpu")
+    assert memory.groupby("rank").size().to_dict() == {0: 3, 1: 1}
+
+
+def test_a_trace_without_memory_events_says_to_profile_memory(kineto, write, tmp_path):
+    path = write(tmp_path / "rank0.json", kineto(0))
+    with pytest.raises(TraceError, match="profile_memory=True") as err:
+        load_memory(path)
+    assert "rank0.json" in str(err.value)
+
+
+def test_a_merged_file_is_refused_with_what_to_read_instead(with_memory, kineto, write, tmp_path):
+    write(tmp_path / "rank0.json", with_memory)
+    write(tmp_path / "rank1.json", kineto(1))
+    merged = merge_traces(tmp_path, tmp_path / "merged.json")
+    with pytest.raises(TraceError, match="each rank's own file"):
+        load_memory(merged)
+
+
+def test_memory_events_with_values_that_are_not_numbers_are_left_out(kineto, write, tmp_path):
+    doc = kineto(0)
+    bad = memory_event(10.0, "many", MIB)
+    huge = memory_event(20.0, 1e300, MIB)
+    doc["traceEvents"] += [bad, huge, memory_event(30.0, MIB, MIB), {"name": "[memory]", "ts": 1}]
+    memory = load_memory(write(tmp_path / "rank0.json", doc))
+    assert list(memory["bytes"]) == [MIB]
+
+
+def test_a_truncated_file_is_the_loaders_error(with_memory, tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(with_memory)[:-40])
+    with pytest.raises(TraceError, match="truncated"):
+        load_memory(path)
+
+
+def test_memory_is_counted_from_what_was_in_use_before_the_first_event(
+    with_memory, write, tmp_path
+):
+    memory = memory_over_time(load_memory(write(tmp_path / "rank0.json", with_memory), "cpu"))
+    # 1 MiB was in use before: the curve starts at 0 and reads 2, 3, then 1 MiB
+    assert list(memory["mib"]) == [2.0, 3.0, 1.0]
+    assert list(memory["ms"]) == pytest.approx([0.0, 0.1, 0.2])
+
+
+def test_peaks_give_the_most_in_use_when_it_was_reached_and_the_end(with_memory, write, tmp_path):
+    memory = memory_over_time(load_memory(write(tmp_path / "rank0.json", with_memory)))
+    peaks = memory_peaks(memory).set_index("device")
+    assert peaks.loc["cpu", "peak_mib"] == 3.0
+    assert peaks.loc["cpu", "at_ms"] == pytest.approx(0.1)
+    assert peaks.loc["cpu", "end_mib"] == 1.0
+    assert peaks.loc["cuda:0", "peak_mib"] == 4.0
+
+
+def test_the_memory_plot_draws_one_line_per_rank_and_the_marks(with_memory, write, tmp_path):
+    memory = memory_over_time(load_memory(write(tmp_path / "rank0.json", with_memory), "cpu"))
+    two = pd.concat([memory, memory.assign(rank=1)])
+    fig = plot_memory(two, marks={"backward starts": 0.15})
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == 3  # two ranks and one mark
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["rank 0", "rank 1"]
+    assert any("backward starts" in t.get_text() for t in ax.texts)
