@@ -26,6 +26,8 @@ EXECUTE := PDP_NO_PROGRESS=1 $(BIN)/jupyter nbconvert --to notebook --execute --
 NBVAL := PDP_NO_PROGRESS=1 $(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
+# JupyterLab's HTML with each figure's alternative text (tools/nbconvert/series).
+HTML_TEMPLATE := --TemplateExporter.extra_template_basedirs=tools/nbconvert --template series
 
 .PHONY: install run test lint test-recorded lab refresh record doctor wheelhouse test-offline \
 	benchmark clean-traces
@@ -57,7 +59,7 @@ run: install
 	  echo "== executing $$nb"; \
 	  PDP_RECORDED=$(RECORDED) $(EXECUTE) --output-dir build/notebooks "$$nb" || exit 1; \
 	done
-	$(BIN)/jupyter nbconvert --to html --output-dir build/html build/notebooks/*.ipynb
+	$(BIN)/jupyter nbconvert --to html $(HTML_TEMPLATE) --output-dir build/html build/notebooks/*.ipynb
 	@echo ""
 	@echo "Executed notebooks: build/notebooks/   HTML: build/html/"
 	@echo "Traces of every run: traces/<experiment>/<run-id>/ (manifest: run.json)"

@@ -24,10 +24,18 @@ from typing import Any
 import pytest
 
 from conftest import BASE_NS, REPO, write_doc
-from helpers.exercises import CHECKS, MUST_PASS_ENV, ExerciseNotSolved, check, evaluate
+from helpers.exercises import (
+    CHECKS,
+    MUST_PASS_ENV,
+    ExerciseNotSolved,
+    anonymise_traces,
+    check,
+    evaluate,
+)
 from helpers.jobs import BackgroundRun, LaunchError, RankFailed
 from helpers.jobs.recorded import RECORDINGS_ROOT, replay
 from helpers.jobs.runs import RunRecord
+from helpers.traces import load_trace
 
 LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_solutions.ipynb"))
@@ -118,7 +126,7 @@ def lesson_run(tmp_path_factory) -> Callable[[str], RunRecord | LaunchError]:
 
 
 def test_an_exercise_not_answered_yet_says_so_and_is_not_wrong():
-    assert evaluate("04.2", ..., run=..., baseline=...) == (
+    assert evaluate("04.2", ..., run=...) == (
         None,
         "not answered yet: replace the ... above with your answer and run both cells",
     )
@@ -336,10 +344,19 @@ def pid_files(folder: Path, names: dict[str, tuple[int, int]], args=SHORT_SHARED
 
 @pytest.fixture(scope="module")
 def pid_run(tmp_path_factory) -> RunRecord:
-    """Exercise 3.2's run: rank 0 is process 200, rank 1 process 100."""
-    return pid_files(
+    """Exercise 3.2's run: rank 0 is process 200, rank 1 process 100; the names then made to say
+    nothing (with a seed under which the order of the new names is not the ranks' order)."""
+    run = pid_files(
         tmp_path_factory.mktemp("pid"), {"trace_200.json": (0, 200), "trace_100.json": (1, 100)}
     )
+    anonymise_traces(run, seed=1)
+    return run
+
+
+def ranks_of_renamed(run: RunRecord) -> dict[str, int]:
+    """The right answer of 3.2 for a run whose files anonymise_traces renamed."""
+    renamed = json.loads((run.run_dir / "renamed.json").read_text())
+    return {new: load_trace(run.run_dir / new).header.rank for new in renamed}
 
 
 def ddp_traces(folder: Path, slow_rank: int | None, delay_us: float) -> None:
@@ -369,14 +386,13 @@ def ddp_traces(folder: Path, slow_rank: int | None, delay_us: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def rank0_straggler(tmp_path_factory) -> tuple[RunRecord, RunRecord]:
-    """Exercise 4.2's runs: rank 0 loads its batches 100 ms late, and a normal run."""
-    folder = tmp_path_factory.mktemp("rank0-straggler")
-    run = fake_run(folder, "train_ddp.py", args=["--slow-rank", "0", "--delay-ms", "100"])
-    ddp_traces(run.run_dir, slow_rank=0, delay_us=100_000)
-    baseline = fake_run(folder / "normal", "train_ddp.py")
-    ddp_traces(baseline.run_dir, slow_rank=None, delay_us=0)
-    return run, baseline
+def hidden_straggler(tmp_path_factory) -> RunRecord:
+    """Exercise 4.2's run: launch_with_a_hidden_straggler chose rank 1 and 80 ms."""
+    folder = tmp_path_factory.mktemp("hidden-straggler")
+    run = fake_run(folder, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"])
+    run.experiment = "hidden-straggler"
+    ddp_traces(run.run_dir, slow_rank=1, delay_us=80_000)
+    return run
 
 
 def rpc_traces(run_dir: Path, calls: int, call_us: float) -> None:
@@ -545,7 +561,7 @@ def right_evidence(
     two_cycle_files,
     two_cycle_run,
     pid_run,
-    rank0_straggler,
+    hidden_straggler,
     three_calls_run,
     six_calls,
     sweep,
@@ -574,12 +590,9 @@ def right_evidence(
         ),
         "02.2": ([[8, 64]], {"prof": CONV_PROFILE}),
         "03.1": (["rank0_iter2_3.json", "rank0_iter6_7.json"], {"run": two_cycle_run}),
-        "03.2": ({"trace_100.json": 1, "trace_200.json": 0}, {"run": pid_run}),
+        "03.2": (ranks_of_renamed(pid_run), {"run": pid_run}),
         "04.1": ({"rank": 0, "ms": 150}, {"run": lesson_run("ddp-straggler")}),
-        "04.2": (
-            {"straggler": 0, "extra_wait_ms": 100},
-            {"run": rank0_straggler[0], "baseline": rank0_straggler[1]},
-        ),
+        "04.2": ({"straggler": 1, "delay_ms": 85}, {"run": hidden_straggler}),
         "05.1": (53, {"run": three_calls_run}),
         "05.2": (
             {"legacy": 1, "per_worker": 6},
@@ -778,9 +791,22 @@ def test_3_1_rejects_the_lessons_run_of_other_ranks(lesson_run):
     )
 
 
-def test_3_2_rejects_ranks_guessed_from_process_ids(pid_run):
-    guess = {"trace_100.json": 0, "trace_200.json": 1}
+def test_3_2_rejects_ranks_guessed_from_the_order_of_the_names(pid_run):
+    names = sorted(ranks_of_renamed(pid_run))
+    guess = {name: rank for rank, name in enumerate(names)}
+    assert guess != ranks_of_renamed(pid_run)  # the seed's names are not in the ranks' order
     assert rejected(evaluate("03.2", guess, run=pid_run), "header.rank")
+
+
+def test_3_2_rejects_an_answer_with_the_names_the_processes_wrote(pid_run):
+    guess = {"trace_100.json": 1, "trace_200.json": 0}
+    assert rejected(evaluate("03.2", guess, run=pid_run), "the names the files have now")
+
+
+def test_3_2_asks_for_names_that_say_nothing_before_it_checks(tmp_path):
+    named = pid_files(tmp_path, {"trace_100.json": (0, 100), "trace_200.json": (1, 200)})
+    answer = {"trace_100.json": 0, "trace_200.json": 1}  # right, and readable from pid order
+    assert rejected(evaluate("03.2", answer, run=named), "anonymise_traces(pid_run)")
 
 
 def test_3_2_rejects_the_run_of_the_unchanged_script(lesson_run):
@@ -791,15 +817,18 @@ def test_3_2_rejects_the_run_of_the_unchanged_script(lesson_run):
 
 def test_3_2_rejects_files_named_after_the_rank(tmp_path):
     by_rank = pid_files(tmp_path, {"trace_0.json": (0, 100), "trace_1.json": (1, 200)})
-    answer = {"trace_0.json": 0, "trace_1.json": 1}
-    assert rejected(evaluate("03.2", answer, run=by_rank), "not named after the process")
+    anonymise_traces(by_rank, seed=1)
+    assert rejected(
+        evaluate("03.2", ranks_of_renamed(by_rank), run=by_rank), "not named after the process"
+    )
 
 
 def test_3_2_rejects_a_run_without_the_shared_name(tmp_path):
     unshared = pid_files(
         tmp_path, {"trace_100.json": (0, 100), "trace_200.json": (1, 200)}, SHORT_SHARED[:-1]
     )
-    answer = {"trace_100.json": 0, "trace_200.json": 1}
+    anonymise_traces(unshared, seed=1)
+    answer = ranks_of_renamed(unshared)
     assert rejected(evaluate("03.2", answer, run=unshared), "--shared-trace-name is missing")
 
 
@@ -838,41 +867,28 @@ def test_4_1_asks_for_the_run_when_given_only_its_events(lesson_run):
     assert rejected(evaluate("04.1", {"rank": 0, "ms": 150}, events=events), "run=slow")
 
 
-def test_4_2_rejects_the_rank_that_waits_most_as_the_straggler(rank0_straggler):
-    run, baseline = rank0_straggler
-    answer = {"straggler": 1, "extra_wait_ms": 100}
-    assert rejected(evaluate("04.2", answer, run=run, baseline=baseline), "waits least")
+def test_4_2_rejects_the_rank_that_waits_most_as_the_straggler(hidden_straggler):
+    answer = {"straggler": 0, "delay_ms": 80}
+    assert rejected(evaluate("04.2", answer, run=hidden_straggler), "waits least")
 
 
-def test_4_2_rejects_the_wait_of_the_straggler_itself(rank0_straggler):
-    run, baseline = rank0_straggler
-    answer = {"straggler": 0, "extra_wait_ms": 0}
-    assert rejected(evaluate("04.2", answer, run=run, baseline=baseline), "extra waiting is off")
+def test_4_2_rejects_the_delay_given_in_seconds(hidden_straggler):
+    answer = {"straggler": 1, "delay_ms": 0.08}
+    assert rejected(evaluate("04.2", answer, run=hidden_straggler), "in ms, not seconds")
 
 
-def test_4_2_rejects_the_lessons_straggler_run(lesson_run, rank0_straggler):
-    answer = {"straggler": 1, "extra_wait_ms": 150}
-    slow = lesson_run("ddp-straggler")
-    assert rejected(
-        evaluate("04.2", answer, run=slow, baseline=rank0_straggler[1]), "--slow-rank was 1"
-    )
+def test_4_2_rejects_the_slow_step_time_taken_for_the_delay(hidden_straggler):
+    answer = {"straggler": 1, "delay_ms": 230}  # a whole step of the straggler run, not its delay
+    assert rejected(evaluate("04.2", answer, run=hidden_straggler), "the delay is off")
 
 
-def test_4_2_rejects_the_straggler_run_as_the_baseline(lesson_run, rank0_straggler):
-    answer = {"straggler": 0, "extra_wait_ms": 100}
-    slow = lesson_run("ddp-straggler")
-    assert rejected(
-        evaluate("04.2", answer, run=rank0_straggler[0], baseline=slow), "without a slow rank"
-    )
+def test_4_2_rejects_a_straggler_the_learner_chose(lesson_run):
+    answer = {"straggler": 1, "delay_ms": 150}
+    assert rejected(evaluate("04.2", answer, run=lesson_run("ddp-straggler")), "hidden straggler")
 
 
-def test_4_2_rejects_a_run_with_other_arguments_than_the_normal_run(lesson_run, rank0_straggler):
-    answer = {"straggler": 0, "extra_wait_ms": 100}
-    normal = lesson_run("ddp-normal")
-    assert rejected(
-        evaluate("04.2", answer, run=rank0_straggler[0], baseline=normal),
-        "the normal run's arguments",
-    )
+def test_4_2_accepts_a_delay_read_within_the_run_to_a_quarter(hidden_straggler):
+    assert accepted(evaluate("04.2", {"straggler": 1, "delay_ms": 95}, run=hidden_straggler))
 
 
 # --------------------------------------------------------------------------- lesson 5
@@ -1195,3 +1211,59 @@ def test_9_2_rejects_a_job_that_was_never_asked(tmp_path):
     job = BackgroundRun.from_recording(lambda: record)
     answer = {"seq": HUNG_SEQ, "line": wait_line()}
     assert rejected(evaluate("09.2", answer, job=job), "while it hangs, ask")
+
+
+# --------------------------------------------------------------------------- hidden answers
+
+
+def test_anonymised_traces_get_random_names_and_the_old_ones_are_kept(tmp_path):
+    run = pid_files(tmp_path, {"trace_100.json": (0, 100), "trace_200.json": (1, 200)})
+    names = anonymise_traces(run, seed=7)
+    assert sorted(p.name for p in run.paths("trace_*.json")) == names
+    assert all(re.fullmatch(r"trace_[0-9a-f]{6}\.json", n) for n in names)
+    kept = json.loads((run.run_dir / "renamed.json").read_text())
+    assert sorted(kept.values()) == ["trace_100.json", "trace_200.json"]
+    assert anonymise_traces(pid_files(tmp_path / "again", {"trace_1.json": (0, 1)}), seed=7) != [
+        "trace_1.json"
+    ]
+
+
+def test_a_hidden_straggler_is_a_random_rank_with_a_random_delay(monkeypatch):
+    from helpers.exercises import hidden
+
+    launched = []
+    monkeypatch.setattr(hidden, "launch", lambda script, **kw: launched.append((script, kw)))
+    for seed in range(20):
+        hidden.launch_with_a_hidden_straggler(4, ["--steps", "8"], seed=seed)
+    ranks = {int(kw["args"][kw["args"].index("--slow-rank") + 1]) for _, kw in launched}
+    delays = {float(kw["args"][kw["args"].index("--delay-ms") + 1]) for _, kw in launched}
+    assert ranks == {0, 1, 2, 3} and delays <= set(hidden.STRAGGLER_DELAYS_MS) and len(delays) > 1
+    script, options = launched[0]
+    assert script == "train_ddp.py" and options["args"][:2] == ["--steps", "8"]
+    assert options["nproc"] == 4 and options["experiment"] == "hidden-straggler"
+
+
+def test_a_skewed_node_keeps_its_hidden_offset_and_moves_only_its_ranks(two_node_events):
+    from helpers import skew_a_node
+    from helpers.exercises.hidden import HIDDEN_SKEW
+
+    events, nodes = two_node_events
+    skewed = skew_a_node(events, nodes, seed=3)
+    ((node, offset),) = skewed.attrs[HIDDEN_SKEW].items()
+    assert node == max(nodes) and 20_000 <= abs(offset) <= 80_000
+    moved = skewed["start_us"] - events["start_us"]
+    on_node = events["rank"].isin(nodes[node])
+    assert (moved[on_node] == offset).all() and (moved[~on_node] == 0).all()
+
+
+def test_a_rank_slowed_at_random_is_written_where_the_live_script_reads_it(tmp_path):
+    from helpers import slow_a_rank
+
+    job = SimpleNamespace(run_dir=tmp_path, record=SimpleNamespace(world_size=2))
+    chosen = set()
+    for seed in range(10):
+        slow_a_rank(job, ms=30, seed=seed)
+        asked = json.loads((tmp_path / "slow_down.json").read_text())
+        assert asked["ms"] == 30
+        chosen.add(asked["rank"])
+    assert chosen == {0, 1}

@@ -126,6 +126,25 @@ def test_a_failing_rank_raises_naming_the_rank_its_code_and_last_lines(script, t
     assert raised_at - failed_at < 15
 
 
+def test_a_rank_that_exits_with_a_code_is_named_though_its_peers_fail_after_it(
+    write_script, tmp_path
+):
+    exits = write_script(
+        "exits.py",
+        """
+        import os, sys
+        import torch.distributed as dist
+        dist.init_process_group(os.environ["DIST_BACKEND"])
+        if dist.get_rank() == 1:
+            sys.exit(3)
+        dist.barrier()  # ranks 0 and 2 fail here once rank 1's connections close
+        """,
+    )
+    with pytest.raises(RankFailed) as caught:
+        launch(exits, 3, traces_root=tmp_path, echo=False, timeout=120)
+    assert (caught.value.rank, caught.value.exit_code) == (1, 3)
+
+
 def test_a_run_past_its_timeout_is_killed_whole(script, tmp_path):
     with pytest.raises(RunTimedOut) as caught:
         launch(script, 2, args=["hang"], traces_root=tmp_path, echo=False, timeout=20)
@@ -427,3 +446,39 @@ def test_a_run_that_was_never_recorded_says_which_runs_were(script, tmp_path, re
     recordings.use_recorded_runs(True)
     with pytest.raises(recordings.RecordingMissing, match="no recording of ranks.py.*'hang'"):
         launch(script, 2, args=["hang"], traces_root=tmp_path)
+
+
+# ------------------------------------------------------------ which rank failed first
+
+GONE = "RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:10159."
+
+
+def test_a_root_cause_that_only_lost_its_peer_gives_way_to_the_rank_that_failed():
+    from helpers.jobs._liverun import _first_failure
+
+    failed = {0: 1, 1: 3, 2: -15}  # torchrun: all in one second, root cause the lowest
+    lines = {0: ["Traceback", GONE], 1: ["SystemExit: 3"], 2: []}
+    assert _first_failure(0, failed, lines) == 1
+
+
+def test_torchruns_root_cause_stands_when_its_log_says_nothing_of_a_peer():
+    from helpers.jobs._liverun import _first_failure
+
+    lines = {0: ["Traceback", GONE], 2: ["ValueError: rank 2 found a bad batch"]}
+    assert _first_failure(2, {0: 1, 2: 1}, lines) == 2
+
+
+def test_ranks_stopped_by_torchrun_are_not_taken_for_the_first_failure():
+    from helpers.jobs._liverun import _first_failure
+
+    lines = {0: [GONE], 1: [], 3: []}  # 1 and 3 were stopped with SIGTERM, silent
+    assert _first_failure(0, {0: 1, 1: -15, 3: -15}, lines) == 0
+
+
+def test_when_every_failed_rank_lost_a_peer_torchruns_choice_stands():
+    from collections import deque
+
+    from helpers.jobs._liverun import _first_failure
+
+    lines = {0: deque([GONE]), 1: deque(["x", GONE])}
+    assert _first_failure(1, {0: 1, 1: 1}, lines) == 1

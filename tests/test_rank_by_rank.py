@@ -132,6 +132,27 @@ def test_a_merged_file_in_the_run_folder_is_left_out_as_load_run_does(tmp_path):
     _same_tables(folder)
 
 
+def test_a_file_that_merge_traces_wrote_is_not_read_nor_counted(tmp_path, monkeypatch):
+    from helpers import merge_traces
+    from helpers.traces import rank_by_rank
+    from helpers.traces.export import written_by_merge
+
+    folder = _replayed("ddp", tmp_path)
+    merged = merge_traces(load_run(folder), folder / "merged" / "all_ranks.json.gz")
+    plain = merge_traces(load_run(folder), folder / "merged" / "all_ranks.json")
+    assert written_by_merge(merged) and written_by_merge(plain)
+    assert not any(written_by_merge(p) for p in folder.glob("rank*.json"))
+    counted = []
+    real = rank_by_rank.each_in_processes
+    monkeypatch.setattr(
+        rank_by_rank,
+        "each_in_processes",
+        lambda fn, jobs, *rest: counted.append(len(jobs)) or real(fn, jobs, *rest),
+    )
+    summarise_run(folder, workers=1, progress=False, cache=False)
+    assert counted == [len(list(folder.glob("rank*.json")))]  # the progress bar's count
+
+
 def test_a_second_pass_reads_the_kept_parts_and_gives_the_same_tables(tmp_path):
     folder = _replayed("ddp", tmp_path)
     first = summarise_run(folder, workers=1, progress=False)

@@ -124,6 +124,24 @@ def test_events_get_kinds_steps_shapes_and_thread_lanes(tmp_path, kineto, write)
     assert (ev["dur_us"] == ev["end_us"] - ev["start_us"]).all()
 
 
+@pytest.mark.parametrize("inherited_first", [True, False])
+def test_a_thread_named_twice_keeps_its_own_name_not_the_one_it_inherited(
+    tmp_path, kineto, write, inherited_first
+):
+    doc = kineto(0)
+    names = [
+        {"ph": "M", "name": "thread_name", "pid": 100, "tid": 100, "args": {"name": "thread 100 (python)"}},
+        {"ph": "M", "name": "thread_name", "pid": 100, "tid": 101, "args": {"name": "thread 101 (python)"}},
+    ]  # fmt: skip
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["ph"] != "M"]
+    own = {"ph": "M", "name": "thread_name", "pid": 100, "tid": 101,
+           "args": {"name": "thread 101 (pt_gloo_runloop)"}}  # fmt: skip
+    doc["traceEvents"] += names + [own] if inherited_first else [own] + names
+    ev = load_trace(write(tmp_path / "t.json", doc)).events
+    lanes = set(ev["lane"].astype(str))
+    assert lanes == {"thread 100 (python)", "thread 101 (pt_gloo_runloop)"}
+
+
 def test_a_run_folder_gives_one_frame_with_a_rank_column_on_one_axis(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0, offset_us=0))
     write(tmp_path / "rank1.json.gz", kineto(1, offset_us=250))

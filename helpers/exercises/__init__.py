@@ -20,7 +20,8 @@ worked solution that stops passing its check fails its notebook; an exercise not
 never raises.
 
 The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson09``
-(``common`` holds what they share). To add the checks of lesson NN:
+(``common`` holds what they share, ``hidden`` the helpers that choose an exercise's answer at
+random and keep it for the check). To add the checks of lesson NN:
 
 1. Write ``helpers/exercises/lessonNN.py``: a docstring naming the lesson's notebook
    (``notebooks/NN_*.ipynb``) and its solution (``solutions/NN_solutions.ipynb``); at the top,
@@ -53,8 +54,20 @@ from . import (
     lesson09,
 )
 from .common import Check
+from .hidden import anonymise_traces, launch_with_a_hidden_straggler, skew_a_node, slow_a_rank
 
-__all__ = ["check", "evaluate", "CHECKS", "LESSONS", "ExerciseNotSolved", "MUST_PASS_ENV"]
+__all__ = [
+    "check",
+    "evaluate",
+    "CHECKS",
+    "LESSONS",
+    "ExerciseNotSolved",
+    "MUST_PASS_ENV",
+    "anonymise_traces",
+    "launch_with_a_hidden_straggler",
+    "skew_a_node",
+    "slow_a_rank",
+]
 
 #: The lessons' check modules, in order; each has ``CHECKS``, its exercises' checks by number.
 LESSONS: tuple[ModuleType, ...] = (

@@ -1,13 +1,16 @@
 """The checks of lesson 3's exercises (``notebooks/03_ddp_under_torchrun.ipynb``; worked in
 ``solutions/03_solutions.ipynb``): the trace files of a two-cycle schedule, and which rank
-wrote each trace when every process names its file after its process id."""
+wrote each trace when every process names its file after its process id and the names are then
+made to say nothing (:func:`helpers.anonymise_traces`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..traces import TraceError, load_trace
 from .common import TRAIN_DDP_SCRIPT, WINDOW_TRACES, Check, file_names, whole, wrong_run
+from .hidden import RENAMED_FILE
 
 __all__ = [
     "CHECKS",
@@ -65,8 +68,20 @@ def _files_of_a_two_cycle_schedule(prediction: Any, run: Any) -> tuple[bool, str
     )
 
 
+def _renamed_files(run: Any) -> dict[str, str] | None:
+    """``{name now: name written}`` of the files :func:`helpers.anonymise_traces` renamed in the
+    run, those still there; None when it was not run."""
+    try:
+        renamed = json.loads((run.run_dir / RENAMED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(renamed, dict):
+        return None
+    return {new: str(old) for new, old in renamed.items() if (run.run_dir / str(new)).is_file()}
+
+
 def _which_rank_wrote_each_file(which_rank: Any, run: Any) -> tuple[bool, str]:
-    """3.2: which rank wrote each trace_<pid>.json, read from the files themselves."""
+    """3.2: which rank wrote each trace_<pid>.json, renamed at random, read from the files."""
     asked = {
         "--steps": "3",
         "--wait": "1",
@@ -77,30 +92,40 @@ def _which_rank_wrote_each_file(which_rank: Any, run: Any) -> tuple[bool, str]:
     wrong = wrong_run(run, None, asked, shown=f"your {PID_SCRIPT}")
     if wrong:
         return False, wrong
-    files = run.paths(PID_TRACES)
-    if len(files) != run.world_size:
+    renamed = _renamed_files(run)
+    written = len(renamed) if renamed is not None else len(run.paths(PID_TRACES))
+    if written != run.world_size:
         return False, (
-            f"{len(files)} trace_<pid>.json files for {run.world_size} ranks: change the "
+            f"{written} trace_<pid>.json files for {run.world_size} ranks: change the "
             f"--shared-trace-name branch of write_trace so that every process writes a file "
             f"of its own name (os.getpid())"
         )
+    if renamed is None:
+        return False, (
+            "first make the names say nothing, so that only the files can tell: "
+            "anonymise_traces(pid_run), then answer with the new names"
+        )
     actual = {}
-    for path in files:
+    for name, written in renamed.items():
         try:
-            trace = load_trace(path)
+            trace = load_trace(run.run_dir / name)
         except (OSError, TraceError) as err:
-            return False, f"{path.name} is not a trace the profiler wrote ({err})"
-        if path.stem.split("_", 1)[1] not in set(trace.events["pid"].astype(str)):
+            return False, f"{name} is not a trace the profiler wrote ({err})"
+        if written.removesuffix(".json").split("_", 1)[-1] not in set(
+            trace.events["pid"].astype(str)
+        ):
             return False, (
-                f"{path.name} is not named after the process that wrote it: name each file "
+                f"{written} was not named after the process that wrote it: name each file "
                 f"with os.getpid(), the process id"
             )
-        actual[path.name] = trace.header.rank
+        actual[name] = trace.header.rank
+    if isinstance(which_rank, dict) and set(which_rank) == set(renamed.values()):
+        return False, f"answer with the names the files have now: {sorted(actual)}"
     if not isinstance(which_rank, dict) or set(which_rank) != set(actual):
         return False, f"answer with a dict of every file name to its rank: {sorted(actual)}"
     if {name: whole(rank) for name, rank in which_rank.items()} != actual:
         return False, (
-            "process ids say nothing about ranks; load each file and read "
+            "the names say nothing about ranks; load each file and read "
             "load_trace(path).header.rank (from the trace's distributedInfo)"
         )
     return True, f"every rank kept its own trace, and each file says which rank wrote it: {actual}"

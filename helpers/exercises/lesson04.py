@@ -1,6 +1,7 @@
 """The checks of lesson 4's exercises (``notebooks/04_reading_ddp_traces.ipynb``; worked in
-``solutions/04_solutions.ipynb``): where the fast rank waits in the straggler run, and rank 0
-as the straggler, found from the traces alone."""
+``solutions/04_solutions.ipynb``): where the fast rank waits in the straggler run, and a
+straggler chosen at random (:func:`helpers.launch_with_a_hidden_straggler`) and its delay, found
+from the traces of that run alone."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis import busy_ms, collective_waits, find_straggler, waiting_per_step
+from ..analysis import busy_ms, collective_waits
 from ..traces import load_run
 from .common import (
     TRAIN_DDP_SCRIPT,
@@ -17,11 +18,9 @@ from .common import (
     close,
     is_run,
     number,
-    same_value,
-    spelled,
     whole,
-    wrong_run,
 )
+from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "TRAIN_DDP_SCRIPT", "STRAGGLER_FLAGS"]
 
@@ -87,55 +86,46 @@ def _where_the_fast_rank_waits(
     )
 
 
-def _rank_0_as_the_straggler(answer: Any, run: Any, baseline: Any) -> tuple[bool, str]:
-    """4.2: the straggler and the others' extra waiting, from the learner's two runs."""
-    wrong = wrong_run(run, TRAIN_DDP_SCRIPT, {"--slow-rank": "0", "--delay-ms": "100"})
-    if wrong:
-        return False, wrong
-    if not is_run(baseline) or baseline.script != TRAIN_DDP_SCRIPT or baseline.status != "ok":
-        return False, "hand the check the lesson's normal run (normal) as baseline"
-    base_args = arguments(baseline)
-    base_slow = whole(base_args.get("--slow-rank", -1))
-    if (base_slow is None or base_slow >= 0) and (number(base_args.get("--delay-ms", 0)) or 0) > 0:
-        return False, "the baseline is the normal run, the one without a slow rank (normal)"
-    run_args = {k: v for k, v in arguments(run).items() if k not in STRAGGLER_FLAGS}
-    base_args = {k: v for k, v in base_args.items() if k not in STRAGGLER_FLAGS}
-    same = set(run_args) == set(base_args) and all(
-        same_value(v, base_args[k]) for k, v in run_args.items()
-    )
-    if not same or run.world_size != baseline.world_size:
-        return False, (
-            f"launch it with the normal run's arguments ({spelled(base_args)}, "
-            f"{baseline.world_size} ranks) plus --slow-rank 0 --delay-ms 100, so that only "
-            f"the straggler differs"
+def _the_hidden_straggler(answer: Any, run: Any) -> tuple[bool, str]:
+    """4.2: the rank that launch_with_a_hidden_straggler slowed, and its delay per step, from
+    the traces of that run alone (the run's manifest keeps what was chosen)."""
+    if not is_run(run):
+        return (
+            False,
+            "hand the check the run: mystery = launch_with_a_hidden_straggler(NPROC, common)",
         )
-    events = load_run(run).events
-    straggler = find_straggler(events)
-    others = [r for r in sorted(events["rank"].unique()) if r != straggler]
-    extra = (
-        waiting_per_step(events).median() - waiting_per_step(load_run(baseline).events).median()
-    )[others].median()
-    if not isinstance(answer, dict) or {"straggler", "extra_wait_ms"} - set(answer):
-        return False, 'answer with a dict {"straggler": ..., "extra_wait_ms": ...}'
-    if whole(answer["straggler"]) != straggler:
+    given = arguments(run)
+    slow_rank, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
+    hidden = run.experiment == HIDDEN_STRAGGLER_EXPERIMENT and run.script == TRAIN_DDP_SCRIPT
+    if not hidden or slow_rank is None or slow_rank < 0 or not delay_ms:
         return False, (
-            "the straggler is the rank that waits least in collectives: everyone is "
-            "already there when it arrives (find_straggler)"
+            "this is not a run with a hidden straggler: launch it with "
+            "launch_with_a_hidden_straggler(NPROC, common)"
         )
-    extra_ms = number(answer["extra_wait_ms"])
-    if extra_ms is None or not close(extra_ms, extra, 0.2, 10):
+    if not isinstance(answer, dict) or {"straggler", "delay_ms"} - set(answer):
+        return False, 'answer with a dict {"straggler": ..., "delay_ms": ...}'
+    if whole(answer["straggler"]) != slow_rank:
         return False, (
-            "the straggler is right; the extra waiting is off: compare the median "
-            "waiting_per_step of the other ranks with the normal run's"
+            "not that rank: the straggler is the rank that waits least in collectives, "
+            "everyone is already there when it arrives (find_straggler)"
+        )
+    said = number(answer["delay_ms"])
+    if said is not None and close(said * 1000, delay_ms, 0.25, 20):
+        return False, "the straggler is right; give the delay in ms, not seconds"
+    if said is None or not close(said, delay_ms, 0.25, 20):
+        return False, (
+            "the straggler is right; the delay is off: read it within this run, e.g. its "
+            "data-loading time per step against the others', or how much longer the other "
+            "ranks wait per step than it does"
         )
     return True, (
-        f"rank {straggler} is the straggler, found from the traces alone; the others "
-        f"wait {extra:.0f} ms more per step (injected: 100 ms)"
+        f"rank {slow_rank} was slowed by {delay_ms:g} ms per batch; you read "
+        f"{said:g} ms from its traces alone"
     )
 
 
 #: Lesson 4's checks, by exercise number.
 CHECKS: dict[str, Check] = {
     "04.1": _where_the_fast_rank_waits,
-    "04.2": _rank_0_as_the_straggler,
+    "04.2": _the_hidden_straggler,
 }

@@ -221,6 +221,36 @@ def _failed_ranks(agent_lines: Iterable[str]) -> tuple[int | None, dict[int, int
     return (int(root.group(1)) if root else None), codes
 
 
+#: What a rank's last lines say when it failed because a peer went away (gloo's TCP pairs, the
+#: TCPStore): a consequence of another rank's failure, not a failure of its own.
+PEER_GONE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crashing|Broken pipe"
+)
+SIGTERM_EXIT = -15  # a rank that torchrun stopped after another had failed
+
+
+def _first_failure(
+    root: int | None, failed: dict[int, int], lines: dict[int, list[str]]
+) -> int | None:
+    """The rank that failed first. torchrun names the failure with the earliest timestamp, but
+    its timestamps are whole seconds, and among ranks that failed in the same second it names
+    the lowest: often a rank that only failed because the first one's connections closed. So
+    a root cause whose log says a peer went away gives way to the lowest failed rank whose log
+    does not (ranks torchrun stopped with SIGTERM are no candidates)."""
+    if root is None or not _after_a_peer(lines.get(root, [])):
+        return root
+    own = [
+        r
+        for r, code in sorted(failed.items())
+        if code != SIGTERM_EXIT and not _after_a_peer(lines.get(r, []))
+    ]
+    return own[0] if own else root
+
+
+def _after_a_peer(lines: Sequence[str]) -> bool:
+    return any(PEER_GONE.search(line) for line in list(lines)[-LAST_LINES:])
+
+
 def _quoted(lines: Sequence[str]) -> str:
     return "\n".join("    " + line for line in lines) or "    (no output)"
 
@@ -259,7 +289,8 @@ def _conclude(
             f"--rdzv-endpoint and --rdzv-id, and reach the endpoint's host and port",
             record,
         )
-    rank, failed = _failed_ranks(agent_lines)
+    root, failed = _failed_ranks(agent_lines)
+    rank = _first_failure(root, failed, run.rank_lines)
     run.finish("failed", {r: failed.get(r) for r in range(record.world_size)})
     if rank is None:
         return LaunchError(

@@ -164,12 +164,28 @@ def _shape_text(dims: bytes) -> str | None:
 
 
 def thread_names(meta: list[Event]) -> dict[tuple[str, str], str]:
-    """The thread names that the metadata events give, by ``(pid, tid)`` as text."""
-    return {
-        (str(e.pid), str(e.tid)): str(e.args.name)
-        for e in meta
-        if e.name == "thread_name" and e.args.name is not None
-    }
+    """The thread names that the metadata events give, by ``(pid, tid)`` as text.
+
+    A thread can be named twice: with the name it inherited from the thread that started it
+    (the main thread's, ``python``), and with the one it gave itself (gloo's
+    ``pt_gloo_runloop``), in either order; its own name wins."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for e in meta:
+        if e.name == "thread_name" and e.args.name is not None:
+            found.setdefault((str(e.pid), str(e.tid)), []).append(str(e.args.name))
+    return {key: _own_name(names, found.get((key[0], key[0]))) for key, names in found.items()}
+
+
+def _own_name(names: list[str], main: list[str] | None) -> str:
+    """Of a thread's ``names``, the last that is not the main thread's (``main``) own label."""
+    inherited = {_label(n) for n in main or ()} if len(names) > 1 else set()
+    own = [n for n in names if _label(n) not in inherited]
+    return (own or names)[-1]
+
+
+def _label(name: str) -> str:
+    """What a thread name says beyond its id: ``python`` of ``thread 12 (python)``."""
+    return name[name.rfind("(") + 1 : -1] if name.endswith(")") and "(" in name else name
 
 
 def _ids(xs: list[Event], field_name: str) -> tuple[np.ndarray, list]:

@@ -26,9 +26,23 @@ from ._json import decode_event, raw_events, too_deep
 from ..jobs.runs import show_path
 from .load import RunTraces, TraceError, TraceHeader, load_run, trace_files
 
-__all__ = ["merge_traces", "gather_traces"]
+__all__ = ["merge_traces", "gather_traces", "written_by_merge"]
 
 MERGED_KEY = "mergedRanks"  # the key of a merged trace: its ranks (the loader reads it)
+_MERGED_START = b'{"' + MERGED_KEY.encode() + b'"'  # how merge_traces begins every file
+
+
+def written_by_merge(path: str | Path) -> bool:
+    """Whether ``path`` is a file that :func:`merge_traces` wrote (it begins with its ranks),
+    told from its first bytes, without reading the file; False when it cannot be read."""
+    try:
+        with Path(path).open("rb") as raw:
+            head = raw.read(2)
+            raw.seek(0)
+            f = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
+            return f.read(len(_MERGED_START)) == _MERGED_START
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return False
 
 
 def merge_traces(

@@ -36,6 +36,7 @@ from ..analysis import step_times, time_per_kind
 from ..analysis.collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
 from ..analysis.kinds import name_matches
 from ..jobs.runs import usable_cores
+from .export import written_by_merge
 from .load import load_trace, run_files
 
 __all__ = [
@@ -157,14 +158,14 @@ def summarise_run(
     the module's docstring): a :class:`RunSummary`.
 
     source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them),
-    a list of files, one per rank, or ``{rank: file}``; a merged file of several ranks is left out, as
-    ``load_run`` does. workers: processes reading files at once (default: the usable cores,
+    a list of files, one per rank, or ``{rank: file}``; a merged file of several ranks is left
+    out, as ``load_run`` does (one that :func:`merge_traces` wrote is not even read). workers: processes reading files at once (default: the usable cores,
     each holding one rank's DataFrame at a time). cache: keep each rank's events
     (:func:`rank_events`) and the parts of them kept (:func:`kept_of_file`) as Parquet, so that
     a second pass reads only the parts. progress: tqdm's bar
     (default: only when the work takes over 2 s and someone watches).
     """
-    items = run_files(source)[0]
+    items = [(path, rank) for path, rank in run_files(source)[0] if not written_by_merge(path)]
     files = [path for path, _ in items]
     workers = max(1, min(workers or usable_cores(), len(files)))
     jobs = [(path, cache, rank) for path, rank in items]

@@ -1,0 +1,117 @@
+"""Hidden answers: what an exercise chooses at random and keeps for its check, so that the
+learner has to find it in the traces, not read it off the exercise's text, guess it from an
+order, or set it themselves.
+
+- :func:`anonymise_traces` (exercise 3.2): a run's trace files get names that say nothing; the
+  old names are kept in the run folder (``renamed.json``).
+- :func:`launch_with_a_hidden_straggler` (4.2): a run of ``train_ddp.py`` with one rank slowed,
+  the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
+- :func:`skew_a_node` (7.2): a copy of a run's events with one node's clock moved by a random
+  amount (kept in the frame's ``attrs``).
+- :func:`slow_a_rank` (9.1): a rank of a running job, chosen at random, slowed down through its
+  ``slow_down.json`` (kept there).
+
+Each takes ``seed=`` for the tests; without it the choice is new every time. Looking at where
+the answer is kept is possible, and beside the point.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..analysis import shift_ranks
+from ..jobs import BackgroundRun, RunRecord, launch
+from .common import TRAIN_DDP_SCRIPT
+
+__all__ = [
+    "RENAMED_FILE",
+    "HIDDEN_SKEW",
+    "HIDDEN_STRAGGLER_EXPERIMENT",
+    "STRAGGLER_DELAYS_MS",
+    "SLOW_DOWN_FILE",
+    "anonymise_traces",
+    "launch_with_a_hidden_straggler",
+    "skew_a_node",
+    "slow_a_rank",
+]
+
+#: Where :func:`anonymise_traces` keeps the names it replaced, in the run folder: {new: old}.
+RENAMED_FILE = "renamed.json"
+#: The key of a skewed frame's ``attrs`` that holds ``{node: offset in µs}`` (7.2).
+HIDDEN_SKEW = "hidden skew (µs)"
+#: The experiment of every run of :func:`launch_with_a_hidden_straggler` (its folder's name).
+HIDDEN_STRAGGLER_EXPERIMENT = "hidden-straggler"
+#: The delays per batch a hidden straggler gets, in ms (one of them, at random).
+STRAGGLER_DELAYS_MS = (60, 80, 100, 120, 150)
+#: The file in a live job's folder that slows a rank down: {"rank": R, "ms": D} (lesson 9).
+SLOW_DOWN_FILE = "slow_down.json"
+
+
+def _chooser(seed: int | None) -> random.Random:
+    return random.Random(seed) if seed is not None else random.SystemRandom()
+
+
+def anonymise_traces(
+    run: RunRecord, pattern: str = "trace_*.json", seed: int | None = None
+) -> list[str]:
+    """Rename the run's files that match ``pattern`` to ``trace_<6 random hex digits>.json``,
+    keeping their old names in ``renamed.json`` of the run folder; returns the new names,
+    sorted. Run it once: the files it renamed no longer say who wrote them."""
+    chooser = _chooser(seed)
+    renamed = {}
+    for path in sorted(run.run_dir.glob(pattern)):
+        new = path.with_name(f"trace_{chooser.getrandbits(24):06x}.json")
+        while new.exists() or new.name in renamed:
+            new = path.with_name(f"trace_{chooser.getrandbits(24):06x}.json")
+        path.rename(new)
+        renamed[new.name] = path.name
+    (run.run_dir / RENAMED_FILE).write_text(json.dumps(renamed, indent=1))
+    return sorted(renamed)
+
+
+def launch_with_a_hidden_straggler(
+    nproc: int, args: Sequence[str] = (), seed: int | None = None, **options: Any
+) -> RunRecord:
+    """Launch ``train_ddp.py`` with ``args`` and one rank slowed down: its batches take longer
+    to load by one of :data:`STRAGGLER_DELAYS_MS`; the rank and the delay are chosen at random
+    (``--slow-rank`` and ``--delay-ms``, kept in the run's manifest for the check).
+    The run's experiment is always ``hidden-straggler``; ``options`` go to
+    :func:`helpers.launch` (``echo``, ``timeout``...)."""
+    chooser = _chooser(seed)
+    hidden = [
+        "--slow-rank",
+        str(chooser.randrange(nproc)),
+        "--delay-ms",
+        str(chooser.choice(STRAGGLER_DELAYS_MS)),
+    ]
+    options.setdefault("echo", False)
+    options["experiment"] = HIDDEN_STRAGGLER_EXPERIMENT
+    return launch(TRAIN_DDP_SCRIPT, nproc=nproc, args=[*args, *hidden], **options)
+
+
+def skew_a_node(
+    events: pd.DataFrame, nodes: dict[int, list[int]], seed: int | None = None
+) -> pd.DataFrame:
+    """A copy of ``events`` in which the last node's clock runs ahead of or behind the first
+    node's by a random 20 to 80 ms (its ranks' events moved that far, as
+    :func:`helpers.shift_ranks` does), the offset kept in ``attrs[HIDDEN_SKEW]``."""
+    chooser = _chooser(seed)
+    node = max(nodes)
+    offset_us = chooser.choice((-1, 1)) * chooser.randint(20, 80) * 1000.0
+    skewed = shift_ranks(events, nodes[node], offset_us)
+    skewed.attrs[HIDDEN_SKEW] = {node: offset_us}
+    return skewed
+
+
+def slow_a_rank(job: BackgroundRun, ms: float = 30.0, seed: int | None = None) -> None:
+    """Slow one rank of a running job, chosen at random, by ``ms`` per step: writes
+    ``slow_down.json`` in the job's folder, which the lesson's script reads every step."""
+    rank = _chooser(seed).randrange(job.record.world_size)
+    path: Path = job.run_dir / SLOW_DOWN_FILE
+    path.write_text(json.dumps({"rank": rank, "ms": ms}))
