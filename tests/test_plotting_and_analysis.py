@@ -458,6 +458,26 @@ def test_rpc_calls_name_each_call_and_what_it_caused_remotely(tmp_path):
     assert ran["lane"] == "thread 4"
 
 
+def test_calls_of_one_function_get_a_numbered_lane_each_and_other_events_keep_theirs():
+    from helpers import rpc_calls
+
+    events = pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 0],
+            "name": [
+                "rpc_async#f(a -> b)",
+                "rpc_async#f(a -> b)",
+                "rpc_remote#g(a -> b)",
+                "to_here",
+            ],
+            "lane": ["main"] * 4,
+            "start_us": [10.0, 0.0, 20.0, 30.0],
+        }
+    )
+    lanes = list(rpc_calls(events)["lane"].astype(str))
+    assert lanes == ["call f (2)", "call f (1)", "call g", "main"]
+
+
 def test_enclosure_pairs_each_call_with_its_work_and_says_whether_it_lies_inside():
     calls = pd.DataFrame({"key": ["a", "b", "c"], "rel_us": [0.0, 0.0, 0.0], "dur_us": [1e3] * 3})
     work = pd.DataFrame(

@@ -11,7 +11,7 @@ import pandas as pd
 from .intervals import merge_intervals
 from .kinds import event_names
 
-__all__ = ["by_rpc_node", "rpc_calls", "enclosure", "max_parallel_lanes"]
+__all__ = ["RPC_CALL", "by_rpc_node", "rpc_calls", "enclosure", "max_parallel_lanes"]
 
 
 def max_parallel_lanes(events: pd.DataFrame) -> int:
@@ -43,20 +43,32 @@ def by_rpc_node(events: pd.DataFrame) -> pd.DataFrame:
     return events.assign(rank=node.to_numpy(), lane=pd.Categorical(named))
 
 
+#: The events that mark an RPC call on its caller (``rpc_async#aten::add(worker0 -> worker1)``,
+#: ``rpc_remote#...``, ``rpc_sync#...``), the function it called in the group.
+RPC_CALL = r"^rpc_(?:async|sync|remote)#(.*?)\("
+
+
 def rpc_calls(events: pd.DataFrame) -> pd.DataFrame:
-    """The RPC calls of a legacy-profiler trace and the remote events they caused, from
-    :func:`by_rpc_node`'s frame: ``call`` is the function called (``rpc_async#aten::add(worker0
-    -> worker1)`` calls ``aten::add``) and ``remote_op`` what ran remotely (``<NA>`` for the call
-    itself). Each call gets a lane of its own on its node, ``call <function>``; the remote
-    events keep their node's thread lanes."""
+    """``events`` with the RPC calls told apart, for a legacy-profiler trace (after
+    :func:`by_rpc_node`) or a caller's Kineto trace whose calls are marked the same way:
+    ``call`` is the function a call's event called (``rpc_async#aten::add(worker0 -> worker1)``
+    calls ``aten::add``), ``remote_op`` what a legacy trace's remote event ran (``<NA>`` for
+    every other event). Each call, not its remote events, gets a lane of its own on its rank,
+    ``call <function>``, numbered in the order they started when a function was called more
+    than once; every other event keeps its lane."""
     name = event_names(events)
-    rpc = name.str.startswith("rpc_async#").to_numpy()
-    name = name[rpc]
-    remote = name.str.partition("#remote_op: ")[2].replace("", pd.NA)
-    called = name.str.extract(r"^rpc_async#(.*?)\(")[0]
-    shown = events[rpc].assign(call=called, remote_op=remote)
-    lane = shown["lane"].astype(str).where(remote.notna(), "call " + called)
-    return shown.assign(lane=pd.Categorical(lane))
+    called = name.str.extract(RPC_CALL)[0]
+    remote = name.str.partition("#remote_op: ")[2].where(called.notna()).replace("", pd.NA)
+    out = events.assign(call=called, remote_op=remote)
+    calls = out[called.notna() & remote.isna()].sort_values("start_us", kind="stable")
+    nth = calls.groupby(["rank", "call"]).cumcount() + 1
+    times = calls.groupby(["rank", "call"])["call"].transform("size")
+    label = ("call " + calls["call"]).where(
+        times == 1, "call " + calls["call"] + " (" + nth.astype(str) + ")"
+    )
+    lane = out["lane"].astype(str)
+    lane.loc[label.index] = label
+    return out.assign(lane=pd.Categorical(lane))
 
 
 def enclosure(calls: pd.DataFrame, work: pd.DataFrame, on: str) -> pd.DataFrame:
