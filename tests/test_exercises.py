@@ -573,10 +573,11 @@ def right_evidence(
     hung_at_15,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
-    from helpers.analysis import clock_offsets, shift_ranks
+    from helpers import skew_a_node
+    from helpers.analysis import clock_offsets
 
     events, nodes = two_node_events
-    shifted = shift_ranks(events, nodes[1], -30_000)
+    mystery = skew_a_node(events, nodes, seed=5)
     legacy, per_worker = six_calls
     return {
         "01.1": (
@@ -604,10 +605,7 @@ def right_evidence(
             {"node0": ["rank2_iter3_6.json"], "node1": ["rank0_iter3_6.json"]},
             {"run": two_nodes_ranks_0_2},
         ),
-        "07.2": (
-            clock_offsets(shifted, nodes)[1],
-            {"events": shifted, "nodes": nodes, "injected_us": -30_000},
-        ),
+        "07.2": (clock_offsets(mystery, nodes)[1], {"events": mystery, "nodes": nodes}),
         "08.1": (5, {"error": broadcast_at_step_3}),
         "08.2": ({"seq": 7, "rank": 1}, {"error": skipped_at_step_4}),
         "09.1": (0, {"job": rank0_slowed[0], "profile": rank0_slowed[2]}),
@@ -1008,58 +1006,47 @@ def test_7_1_rejects_the_lessons_run_that_profiles_every_rank(lesson_run):
     )
 
 
-def test_7_2_accepts_the_offset_recovered_from_a_real_two_node_run(two_node_events):
-    from helpers.analysis import clock_offsets, shift_ranks
+@pytest.fixture
+def skewed(two_node_events):
+    """Lesson 7's real two-node run with node 1's clock moved at random (seed 5), its nodes, and
+    the hidden offset."""
+    from helpers import skew_a_node
+    from helpers.exercises.hidden import HIDDEN_SKEW
 
     events, nodes = two_node_events
-    shifted = shift_ranks(events, nodes[1], -30_000)
-    estimate = clock_offsets(shifted, nodes)[1]
-    assert accepted(evaluate("07.2", estimate, events=shifted, nodes=nodes, injected_us=-30_000))
+    mystery = skew_a_node(events, nodes, seed=5)
+    return mystery, nodes, mystery.attrs[HIDDEN_SKEW][1]
 
 
-def test_7_2_rejects_an_estimate_that_is_not_what_the_events_give(two_node_events):
-    from helpers.analysis import shift_ranks
-
-    events, nodes = two_node_events
-    shifted = shift_ranks(events, nodes[1], -30_000)
-    assert rejected(
-        evaluate("07.2", 50_000, events=shifted, nodes=nodes, injected_us=-30_000),
-        "clock_offsets",
-    )
-
-
-def test_7_2_rejects_a_node_moved_ahead_instead_of_behind(two_node_events):
-    from helpers.analysis import clock_offsets, shift_ranks
-
-    events, nodes = two_node_events
-    ahead = shift_ranks(events, nodes[1], 30_000)
-    estimate = clock_offsets(ahead, nodes)[1]
-    assert rejected(
-        evaluate("07.2", estimate, events=ahead, nodes=nodes, injected_us=30_000),
-        "moves node 1 ahead",
-    )
-
-
-def test_7_2_rejects_a_shift_given_in_milliseconds(two_node_events):
-    from helpers.analysis import clock_offsets, shift_ranks
-
-    events, nodes = two_node_events
-    barely = shift_ranks(events, nodes[1], -30)
-    estimate = clock_offsets(barely, nodes)[1]
-    assert rejected(
-        evaluate("07.2", estimate, events=barely, nodes=nodes, injected_us=-30), "microseconds"
-    )
-
-
-def test_7_2_rejects_events_that_were_never_shifted(two_node_events):
+def test_7_2_accepts_the_offset_recovered_from_a_real_two_node_run(skewed):
     from helpers.analysis import clock_offsets
 
+    mystery, nodes, _ = skewed
+    assert accepted(evaluate("07.2", clock_offsets(mystery, nodes)[1], events=mystery, nodes=nodes))
+
+
+def test_7_2_rejects_an_estimate_that_is_not_what_the_events_hold(skewed):
+    mystery, nodes, hidden = skewed
+    assert rejected(evaluate("07.2", hidden + 40_000, events=mystery, nodes=nodes), "clock_offsets")
+
+
+def test_7_2_rejects_the_correction_given_for_the_offset(skewed):
+    mystery, nodes, hidden = skewed
+    assert rejected(evaluate("07.2", -hidden, events=mystery, nodes=nodes), "the sign is not")
+
+
+def test_7_2_rejects_an_offset_given_in_milliseconds(skewed):
+    mystery, nodes, hidden = skewed
+    assert rejected(evaluate("07.2", hidden / 1000, events=mystery, nodes=nodes), "milliseconds")
+
+
+def test_7_2_rejects_events_that_skew_a_node_did_not_return(two_node_events):
+    from helpers.analysis import clock_offsets, shift_ranks
+
     events, nodes = two_node_events
-    estimate = clock_offsets(events, nodes)[1]
-    assert rejected(
-        evaluate("07.2", estimate, events=events, nodes=nodes, injected_us=-30_000),
-        "you say you injected",
-    )
+    mine = shift_ranks(events, nodes[1], -30_000)  # a skew the learner chose and knows
+    estimate = clock_offsets(mine, nodes)[1]
+    assert rejected(evaluate("07.2", estimate, events=mine, nodes=nodes), "skew_a_node")
 
 
 # --------------------------------------------------------------------------- lesson 8

@@ -1,13 +1,13 @@
 """The checks of lesson 7's exercises (``notebooks/07_multi_node.ipynb``; worked in
-``solutions/07_solutions.ipynb``): which node's folder holds which rank's trace, and the clock
-skew ``clock_offsets`` recovers after the learner shifts node 1 behind node 0."""
+``solutions/07_solutions.ipynb``): which node's folder holds which rank's trace, and a clock skew
+chosen at random (:func:`helpers.skew_a_node`) recovered from the events alone."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import clock_offsets
 from .common import TRAIN_DDP_SCRIPT, WINDOW_TRACES, Check, close, file_names, number, wrong_run
+from .hidden import HIDDEN_SKEW
 
 __all__ = [
     "CHECKS",
@@ -16,7 +16,7 @@ __all__ = [
     "TRAIN_DDP_SCRIPT",
     "NODE_FOLDER",
     "WINDOW_TRACES",
-    "SKEW_7_2_US",
+    "SKEW_TOLERANCE_US",
 ]
 
 #: The scripts these checks rely on, and the flags of train_ddp.py they pass.
@@ -24,8 +24,8 @@ SCRIPTS = (TRAIN_DDP_SCRIPT,)
 FLAGS = ("--steps", "--wait", "--warmup", "--active", "--profile-ranks")
 #: The folder of node N inside a multi-node run's folder (node0, node1, ...).
 NODE_FOLDER = "node{}"
-#: The skew exercise 7.2 asks for: node 1's clock 30 ms behind node 0's, in µs.
-SKEW_7_2_US = -30_000
+#: How close an estimate of the hidden skew must be, in µs (lesson 7's tolerance).
+SKEW_TOLERANCE_US = 10_000
 
 
 def _which_node_holds_which_trace(prediction: Any, run: Any) -> tuple[bool, str]:
@@ -63,45 +63,40 @@ def _which_node_holds_which_trace(prediction: Any, run: Any) -> tuple[bool, str]
     )
 
 
-def _recover_your_own_skew(
-    estimate_us: Any, events: Any, nodes: Any, injected_us: Any
-) -> tuple[bool, str]:
-    """7.2: node 1 shifted 30 ms behind, and the offset clock_offsets recovers."""
-    injected = number(injected_us)
-    if injected is None or abs(injected - SKEW_7_2_US) > 1:
-        if injected is not None and abs(injected + SKEW_7_2_US) <= 1:
-            return False, (
-                "that moves node 1 ahead of node 0: a clock that runs behind reads earlier "
-                "times, so its events move the other way"
-            )
-        if injected is not None and abs(injected - SKEW_7_2_US / 1000) <= 0.001:
-            return False, "shift_ranks takes microseconds, not milliseconds"
-        return False, "shift node 1's ranks so that its clock runs 30 ms behind node 0's (in µs)"
+def _recover_a_hidden_skew(estimate_us: Any, events: Any, nodes: Any) -> tuple[bool, str]:
+    """7.2: how far skew_a_node moved the last node's clock, estimated from the events alone."""
+    hidden = getattr(events, "attrs", {}).get(HIDDEN_SKEW)
+    if not isinstance(hidden, dict) or len(hidden) != 1:
+        return False, (
+            "hand the check the events that skew_a_node returned: "
+            "mystery = skew_a_node(events, run.nodes)"
+        )
     if not isinstance(nodes, dict) or len(nodes) < 2:
         return False, "hand the check the run's nodes (run.nodes)"
-    try:
-        recovered = clock_offsets(events, nodes)[max(nodes)]
-    except (AttributeError, KeyError, TypeError, ValueError) as err:
-        return False, f"clock_offsets cannot read these events ({err}): pass the shifted events"
+    ((node, offset_us),) = hidden.items()
     estimate = number(estimate_us)
-    if estimate is None or not close(estimate, recovered, 0.0, 1000):
-        return (
-            False,
-            "your estimate is not what clock_offsets finds in these events: call it on them",
-        )
-    if not close(recovered, injected, 0.0, 10_000):  # lesson 7's tolerance
+    if estimate is None:
+        return False, f"estimate node {node}'s offset as a number of µs (clock_offsets)"
+    if close(estimate * 1000, offset_us, 0.0, SKEW_TOLERANCE_US):
+        return False, "clock_offsets gives microseconds; you gave milliseconds"
+    if close(-estimate, offset_us, 0.0, SKEW_TOLERANCE_US):
         return False, (
-            f"these events give {recovered / 1e3:+.1f} ms, not the {injected / 1e3:+.1f} ms "
-            f"you say you injected: shift the ranks of node 1 only, once"
+            "the size is right and the sign is not: the offset is how far the node's clock is "
+            "ahead of the first node's (shift its ranks by minus that to correct it)"
+        )
+    if not close(estimate, offset_us, 0.0, SKEW_TOLERANCE_US):
+        return False, (
+            "that is not the offset these events hold: call clock_offsets(mystery, run.nodes) "
+            f"on them and read node {node}'s"
         )
     return True, (
-        f"recovered {recovered / 1e3:+.2f} ms for an injected {injected / 1e3:+.1f} ms, "
-        f"from the ends of the collectives alone"
+        f"node {node}'s clock was moved {offset_us / 1e3:+.0f} ms; you found "
+        f"{estimate / 1e3:+.1f} ms from the ends of the collectives alone"
     )
 
 
 #: Lesson 7's checks, by exercise number.
 CHECKS: dict[str, Check] = {
     "07.1": _which_node_holds_which_trace,
-    "07.2": _recover_your_own_skew,
+    "07.2": _recover_a_hidden_skew,
 }
