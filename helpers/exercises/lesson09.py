@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis import find_straggler, waiting_per_step
-from ..hangs import FlightRecorderError, first_mismatch, load_flight_records
+from ..hangs import FlightRecorderError, first_mismatch, lines_in_script, load_flight_records
 from ..jobs import BackgroundRun
-from ..live import lines_in_script, saved_answers, saved_stacks
+from ..live import saved_answers, saved_stacks
 from ..traces import RunTraces
 from .common import Check, whole, wrong_run
 

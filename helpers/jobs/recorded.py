@@ -136,7 +136,7 @@ def save_recording(
         target = dest / "files" / (rel + ".gz")
         target.parent.mkdir(parents=True, exist_ok=True)
         data = (record.run_dir / rel).read_bytes()
-        if rel.endswith(".json"):  # traces name their own absolute path (traceName)
+        if rel.endswith((".json", ".txt")):  # traces name their own path (traceName), stacks files
             data = _portable(data.decode(errors="surrogateescape"), record).encode(
                 errors="surrogateescape"
             )

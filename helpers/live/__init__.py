@@ -15,7 +15,6 @@ from .questions import (
     LiveRunError,
     debug_servers,
     flight_records_now,
-    lines_in_script,
     listening_sockets,
     profile_ranks,
     rank_stacks,
@@ -36,7 +35,6 @@ __all__ = [
     "listening_sockets",
     "saved_answers",
     "saved_stacks",
-    "lines_in_script",
     "LiveRunError",
     "MAX_ANSWER_MB",
 ]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
-import linecache
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +35,7 @@ import pandas as pd
 
 from .._files import write_atomically
 from ..hangs.flight_recorder import load_flight_records
+from ..hangs.stacks import STACK_COLUMNS, lines_in_script, stack_frames
 from ..jobs.background import BackgroundRun
 from ..jobs.listeners import Listener, listeners_of_run
 from ..traces.load import RunTraces, load_run
@@ -168,39 +168,13 @@ def _ask_every_rank(job: BackgroundRun, handler: str, timeout: float) -> dict[in
     return answers
 
 
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.MULTILINE)
-_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
-
-
-def _frames(rank: int, text: str) -> list[dict]:
-    """The frames of Python's traceback dump ``text`` (faulthandler's format, innermost first):
-    one dict per frame, ``depth`` 0 the innermost."""
-    linecache.checkcache()  # a script rewritten since it was last read: its new lines
-    rows, thread, depth = [], None, 0
-    for line in text.splitlines():
-        head = _THREAD.match(line)
-        if head:
-            thread, depth = head.group(2), 0
-            continue
-        frame = _FRAME.match(line)
-        if frame and thread is not None:
-            path, number, function = frame.group(1), int(frame.group(2)), frame.group(3)
-            code = linecache.getline(path, number).strip()
-            rows.append(
-                dict(rank=rank, thread=thread, depth=depth, file=path, line=number,
-                     function=function, code=code)
-            )  # fmt: skip
-            depth += 1
-    return rows
-
-
 def rank_stacks(job: BackgroundRun, timeout: float = 10.0) -> pd.DataFrame:
     """Every rank's Python stacks now, one row per frame: ``rank, thread, depth`` (0: the
     innermost call), ``file, line, function`` and ``code`` (the line's text)."""
     folder = _answer_folder(job, "stacks")
     if not job.replayed:
         answers = _ask_every_rank(job, "dump_traceback", timeout)
-        rows = [row for rank, text in answers.items() for row in _frames(rank, text.decode())]
+        rows = [row for rank, text in answers.items() for row in stack_frames(rank, text.decode())]
         write_atomically(folder / STACKS_FILE, json.dumps(rows))
     return saved_stacks(folder)
 
@@ -208,17 +182,7 @@ def rank_stacks(job: BackgroundRun, timeout: float = 10.0) -> pd.DataFrame:
 def saved_stacks(folder: Path) -> pd.DataFrame:
     """The stacks that :func:`rank_stacks` kept in ``folder`` (one of
     ``saved_answers(job, "stacks")``), as it returned them."""
-    columns = ["rank", "thread", "depth", "file", "line", "function", "code"]
-    return pd.DataFrame(json.loads((folder / STACKS_FILE).read_text()), columns=columns)
-
-
-def lines_in_script(stacks: pd.DataFrame, script: str) -> pd.DataFrame:
-    """One row per rank of ``stacks``: its innermost frame in the file named ``script``, of
-    whichever thread runs the script (the line it is on in that script), with ``line,
-    function, code``."""
-    in_script = stacks[stacks["file"].map(lambda f: Path(f).name) == script]
-    innermost = in_script.sort_values(["rank", "depth"]).groupby("rank").head(1)
-    return innermost.set_index("rank")[["line", "function", "code"]]
+    return pd.DataFrame(json.loads((folder / STACKS_FILE).read_text()), columns=STACK_COLUMNS)
 
 
 def where_ranks_are(job: BackgroundRun, timeout: float = 10.0) -> pd.DataFrame:
