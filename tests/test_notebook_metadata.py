@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -56,3 +57,44 @@ def test_cleaning_keeps_outputs_counts_and_tags(tmp_path):
     ]
     assert [c["metadata"] for c in cleaned["cells"]] == [c["metadata"] for c in original["cells"]]
     assert check(path).returncode == 0
+
+
+def figures_without_alt_text(notebook: dict) -> list[int]:
+    """The cells of ``notebook`` with a figure (a PNG output) that carries no alternative text."""
+    return [
+        number
+        for number, cell in enumerate(notebook["cells"])
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+        and not ((output.get("metadata") or {}).get("image/png") or {}).get("alt", "").strip()
+    ]
+
+
+def test_every_figure_of_the_lessons_and_solutions_says_what_it_shows():
+    missing = {
+        path.name: cells
+        for path in NOTEBOOKS
+        if (cells := figures_without_alt_text(json.loads(path.read_text())))
+    }
+    assert missing == {}, "show each figure with show_figure(fig, alt=...)"
+
+
+def test_a_figure_without_alt_text_is_found():
+    png = {"data": {"image/png": "iVBOR", "text/plain": "<Figure>"}, "metadata": {}}
+    described = {**png, "metadata": {"image/png": {"alt": "Bars of step time per rank."}}}
+    notebook = {"cells": [{"outputs": [png]}, {"outputs": [described]}, {"outputs": []}]}
+    assert figures_without_alt_text(notebook) == [0]
+
+
+def test_the_html_of_make_run_gives_every_figure_its_alternative_text(tmp_path):
+    lesson = REPO / "notebooks" / "04_reading_ddp_traces.ipynb"
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html",
+         "--TemplateExporter.extra_template_basedirs=" + str(REPO / "tools" / "nbconvert"),
+         "--template", "series", "--output-dir", str(tmp_path), str(lesson)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    html = (tmp_path / "04_reading_ddp_traces.html").read_text()
+    images = re.findall(r"<img [^>]*>", html)
+    assert images and all("alt=" in img and "No description" not in img for img in images)
+    assert "Alternative text is missing" not in done.stderr

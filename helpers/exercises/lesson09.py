@@ -1,7 +1,7 @@
 """The checks of lesson 9's exercises (``notebooks/09_look_inside_a_running_job.ipynb``;
-worked in ``solutions/09_solutions.ipynb``): a straggler made mid-run and found from a live
-profile, and a hang diagnosed while it hangs, both read from what the learner's own running
-job answered (kept in its run folder)."""
+worked in ``solutions/09_solutions.ipynb``): a straggler made mid-run, its rank chosen at random
+(:func:`helpers.slow_a_rank`) and found from a live profile, and a hang diagnosed while it
+hangs, both read from what the learner's own running job answered (kept in its run folder)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..analysis import find_straggler, waiting_per_step
+from ..analysis import waiting_per_step
 from ..hangs import FlightRecorderError, first_mismatch, lines_in_script, load_flight_records
 from ..jobs import BackgroundRun
 from ..live import saved_answers, saved_stacks
 from ..traces import RunTraces
 from .common import Check, whole, wrong_run
+from .hidden import SLOW_DOWN_FILE
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "LIVE_SCRIPT", "SLOW_DOWN_FILE", "WAIT_LINE"]
+__all__ = [
+    "CHECKS",
+    "SCRIPTS",
+    "FLAGS",
+    "LIVE_SCRIPT",
+    "SLOW_DOWN_FILE",
+    "SLOW_DOWN_MS",
+    "WAIT_LINE",
+]
 
 #: The lesson's script: a DDP loop with a debug server per rank, hung by --hang-at.
 LIVE_SCRIPT = "live_train.py"
-#: The file in the run folder that slows a rank down: {"rank": R, "ms": D}.
-SLOW_DOWN_FILE = "slow_down.json"
 #: The text of the line where a rank waits for a rank that skipped its step.
 WAIT_LINE = "loss.backward()"
 #: The scripts these checks rely on, and the flag of live_train.py they pass.
@@ -39,19 +46,24 @@ def _wrong_job(job: Any, wanted: dict[str, str]) -> str | None:
     return wrong_run(job.record, LIVE_SCRIPT, wanted, finished=False)
 
 
-def _slowed_rank(job: BackgroundRun, rank: int, ms: float) -> str | None:
-    """``None`` when the job's slow-down file asks ``rank`` for ``ms`` ms, else a hint."""
+#: The slow-down exercise 9.1 asks for, in ms per step (the rank: slow_a_rank's choice).
+SLOW_DOWN_MS = 30
+
+
+def _slowed_rank(job: BackgroundRun) -> int | str:
+    """The rank that :func:`helpers.slow_a_rank` slowed by :data:`SLOW_DOWN_MS` in the job
+    (its slow-down file says so), or a hint when it did not."""
     try:
         asked = json.loads((job.run_dir / SLOW_DOWN_FILE).read_text())
     except (OSError, ValueError):
         asked = None
-    if not isinstance(asked, dict) or whole(asked.get("rank")) != rank or asked.get("ms") != ms:
+    rank = whole(asked.get("rank")) if isinstance(asked, dict) else None
+    if rank is None or not 0 <= rank < job.record.world_size or asked.get("ms") != SLOW_DOWN_MS:
         return (
-            f"slow rank {rank} by {ms:g} ms: write "
-            f'json.dumps({{"rank": {rank}, "ms": {ms:g}}}) to my_job.run_dir / "{SLOW_DOWN_FILE}" '
-            f"while the job runs"
+            f"while the job runs, slow one of its ranks, chosen at random: "
+            f"slow_a_rank(my_job, ms={SLOW_DOWN_MS})"
         )
-    return None
+    return rank
 
 
 def _profile_of(job: BackgroundRun, profile: Any) -> str | None:
@@ -67,20 +79,22 @@ def _profile_of(job: BackgroundRun, profile: Any) -> str | None:
 def _a_straggler_made_mid_run(
     answer: Any, job: Any = None, profile: Any = None
 ) -> tuple[bool, str]:
-    """9.1: rank 0 slowed by 30 ms, and named as the straggler from the live profile."""
-    wrong = _wrong_job(job, {}) or _slowed_rank(job, 0, 30) or _profile_of(job, profile)
+    """9.1: the rank slow_a_rank slowed mid-run, named from the live profile."""
+    wrong = _wrong_job(job, {})
+    slowed = _slowed_rank(job) if not wrong else None
+    wrong = wrong or (slowed if isinstance(slowed, str) else None) or _profile_of(job, profile)
     if wrong:
         return False, wrong
     waits = waiting_per_step(profile.events).median()
-    if len(waits) < 2 or waits.drop(0).min() - waits[0] < 15:
+    if len(waits) < 2 or slowed not in waits.index or waits.drop(slowed).min() - waits[slowed] < 15:
         return False, (
-            "in this profile the other ranks do not wait for rank 0: was it taken before the "
-            "slow-down, or at the same moment? Write the file, wait a second, profile again"
+            "in this profile the other ranks do not wait for the slowed rank: was it taken before "
+            "the slow-down, or at the same moment? Slow it, wait a second, profile again"
         )
-    if whole(answer) != find_straggler(profile.events):
+    if whole(answer) != slowed:
         return False, "which rank waits least in collectives (waiting_per_step, find_straggler)?"
     return True, (
-        f"rank {whole(answer)}: the others wait about {waits.drop(0).min() - waits[0]:.0f} ms "
+        f"rank {slowed}: the others wait about {waits.drop(slowed).min() - waits[slowed]:.0f} ms "
         f"per step for it, live"
     )
 
