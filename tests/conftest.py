@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers.jobs import LaunchError
+from helpers.jobs.recorded import RECORDINGS_ROOT, replay
+from helpers.jobs.runs import RunRecord
+
 REPO = Path(__file__).resolve().parents[1]
 REAL_TRACES = REPO.parent / "shared" / "real-traces"
 HTA = "hta"
@@ -191,6 +195,39 @@ SLOW_MODULES = {
     "test_fuzz_traces",
     "test_fuzz_flight_recorder",
 }
+
+
+@pytest.fixture(scope="module")
+def lesson_run(tmp_path_factory) -> Callable[[str], RunRecord | LaunchError]:
+    """``lesson_run("ddp-straggler")``: the lesson's own run of that experiment replayed from
+    ``recordings/`` into a folder of this module (real files, no launch); a run that failed
+    comes back as its error. Each experiment is replayed once."""
+    replayed: dict[str, RunRecord | LaunchError] = {}
+
+    def get(experiment: str) -> RunRecord | LaunchError:
+        if experiment not in replayed:
+            keys = [
+                json.loads(p.read_text())["key"]
+                for p in RECORDINGS_ROOT.glob(f"{experiment}-*/recording.json")
+            ]
+            (key,) = [k for k in keys if k["experiment"] == experiment]
+            root = tmp_path_factory.mktemp(experiment)
+            try:
+                replayed[experiment] = replay(
+                    Path(key["script"]),
+                    key["nproc"],
+                    experiment,
+                    key["args"],
+                    key["nnodes"],
+                    key["start_nodes"],
+                    False,
+                    root,
+                )
+            except LaunchError as err:
+                replayed[experiment] = err
+        return replayed[experiment]
+
+    return get
 
 
 def pytest_collection_modifyitems(items):

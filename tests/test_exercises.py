@@ -16,7 +16,6 @@ import dataclasses
 import json
 import pickle
 import re
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -32,8 +31,7 @@ from helpers.exercises import (
     check,
     evaluate,
 )
-from helpers.jobs import BackgroundRun, LaunchError, RankFailed
-from helpers.jobs.recorded import RECORDINGS_ROOT, replay
+from helpers.jobs import BackgroundRun, RankFailed
 from helpers.jobs.runs import RunRecord
 from helpers.traces import load_trace
 
@@ -87,39 +85,6 @@ def accepted(result: tuple[bool | None, str]) -> bool:
     ok, message = result
     assert ok is True, message
     return True
-
-
-@pytest.fixture(scope="module")
-def lesson_run(tmp_path_factory) -> Callable[[str], RunRecord | LaunchError]:
-    """``lesson_run("ddp-straggler")``: the lesson's own run of that experiment replayed from
-    ``recordings/`` into a folder of this module (real files, no launch); a run that failed
-    comes back as its error. Each experiment is replayed once."""
-    replayed: dict[str, RunRecord | LaunchError] = {}
-
-    def get(experiment: str) -> RunRecord | LaunchError:
-        if experiment not in replayed:
-            keys = [
-                json.loads(p.read_text())["key"]
-                for p in RECORDINGS_ROOT.glob(f"{experiment}-*/recording.json")
-            ]
-            (key,) = [k for k in keys if k["experiment"] == experiment]
-            root = tmp_path_factory.mktemp(experiment)
-            try:
-                replayed[experiment] = replay(
-                    Path(key["script"]),
-                    key["nproc"],
-                    experiment,
-                    key["args"],
-                    key["nnodes"],
-                    key["start_nodes"],
-                    False,
-                    root,
-                )
-            except LaunchError as err:
-                replayed[experiment] = err
-        return replayed[experiment]
-
-    return get
 
 
 # ----------------------------------------------------------------- the checks in general
@@ -554,6 +519,13 @@ def skipped_at_step_4(tmp_path_factory) -> RankFailed:
 
 
 @pytest.fixture(scope="module")
+def sharded_straggler(lesson_run) -> RunRecord:
+    """Exercise 10.2's run: lesson 10's sharded run with rank 1 late by 150 ms, as
+    launch_with_a_hidden_straggler names its runs."""
+    return dataclasses.replace(lesson_run("fsdp-straggler"), experiment="hidden-straggler")
+
+
+@pytest.fixture(scope="module")
 def right_evidence(
     lesson_run,
     two_nodes_ranks,
@@ -571,6 +543,7 @@ def right_evidence(
     skipped_at_step_4,
     rank0_slowed,
     hung_at_15,
+    sharded_straggler,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
     from helpers import skew_a_node
@@ -610,6 +583,8 @@ def right_evidence(
         "08.2": ({"seq": 7, "rank": 1}, {"error": skipped_at_step_4}),
         "09.1": (0, {"job": rank0_slowed[0], "profile": rank0_slowed[2]}),
         "09.2": ({"seq": HUNG_SEQ, "line": wait_line()}, {"job": hung_at_15}),
+        "10.1": ({"all_gathers": 9, "reduce_scatters": 5}, {"run": lesson_run("fsdp-layers")}),
+        "10.2": ({"straggler": 1, "delay_ms": 150}, {"run": sharded_straggler}),
     }
 
 
@@ -1199,6 +1174,55 @@ def test_9_2_rejects_a_job_that_was_never_asked(tmp_path):
     job = BackgroundRun.from_recording(lambda: record)
     answer = {"seq": HUNG_SEQ, "line": wait_line()}
     assert rejected(evaluate("09.2", answer, job=job), "while it hangs, ask")
+
+
+# -------------------------------------------------------------------------- lesson 10
+
+
+def test_10_1_rejects_one_gather_per_unit_and_says_backward_gathers_again(lesson_run):
+    said = {"all_gathers": 5, "reduce_scatters": 5}
+    assert rejected(evaluate("10.1", said, run=lesson_run("fsdp-layers")), "gathered again")
+
+
+def test_10_1_rejects_two_gathers_per_unit_and_says_the_root_keeps_its_parameters(lesson_run):
+    said = {"all_gathers": 10, "reduce_scatters": 5}
+    assert rejected(evaluate("10.1", said, run=lesson_run("fsdp-layers")), "the root keeps")
+
+
+def test_10_1_rejects_a_count_of_the_layers_alone_and_says_the_root_is_a_unit(lesson_run):
+    said = {"all_gathers": 8, "reduce_scatters": 4}
+    assert rejected(evaluate("10.1", said, run=lesson_run("fsdp-layers")), "the root is a unit too")
+
+
+def test_10_1_rejects_reduce_scatters_of_the_layers_alone(lesson_run):
+    said = {"all_gathers": 9, "reduce_scatters": 4}
+    assert rejected(evaluate("10.1", said, run=lesson_run("fsdp-layers")), "the root's too")
+
+
+def test_10_1_refuses_the_lessons_run_with_the_blocks_as_units(lesson_run):
+    said = {"all_gathers": 17, "reduce_scatters": 9}
+    assert rejected(evaluate("10.1", said, run=lesson_run("fsdp")), "the layers as units")
+
+
+def test_10_2_accepts_a_delay_read_to_within_a_quarter(sharded_straggler):
+    said = {"straggler": 1, "delay_ms": 130}
+    assert accepted(evaluate("10.2", said, run=sharded_straggler))
+
+
+def test_10_2_rejects_the_rank_that_waits_most(sharded_straggler):
+    said = {"straggler": 0, "delay_ms": 150}
+    assert rejected(evaluate("10.2", said, run=sharded_straggler), "waits least")
+
+
+def test_10_2_rejects_the_median_waiting_of_a_whole_step_as_the_delay(sharded_straggler):
+    said = {"straggler": 1, "delay_ms": 251}
+    assert rejected(evaluate("10.2", said, run=sharded_straggler), "the delay is off")
+
+
+def test_10_2_refuses_a_straggler_the_learner_chose(lesson_run):
+    said = {"straggler": 1, "delay_ms": 150}
+    run = lesson_run("fsdp-straggler")
+    assert rejected(evaluate("10.2", said, run=run), "launch_with_a_hidden_straggler")
 
 
 # --------------------------------------------------------------------------- hidden answers

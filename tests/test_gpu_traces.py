@@ -267,6 +267,40 @@ def test_a_sequence_number_matches_collectives_whatever_their_order(write, kinet
     assert sorted(waits["wait_us"]) == [0.0, 50.0]
 
 
+def _hsdp_kernel(rank, name, collective, group_ranks, seq, ts, dur):
+    """An NCCL kernel of a 2-D mesh: a group named alike on every node, told apart by its ranks."""
+    args = {"stream": 40, "Collective name": collective, "In msg nelems": 1024,
+            "Out msg nelems": 1024, "dtype": "Float", "Group size": 2, "Process Group Name": name,
+            "Process Group Ranks": str(group_ranks), "Seq": seq}  # fmt: skip
+    return {"ph": "X", "cat": "kernel", "name": f"ncclDevKernel_{collective}", "pid": rank,
+            "tid": 40, "ts": ts, "dur": dur, "args": args}  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:.*no CPU launch")
+def test_collectives_of_groups_that_share_a_name_are_matched_within_each_group(
+    write, kineto, tmp_path
+):
+    # HSDP on 4 ranks: all-gathers in the shard groups [0, 1] and [2, 3] (both named "1"),
+    # all-reduces in the replicate groups [0, 2] and [1, 3] (both named "2"), one of each per
+    # rank, each with sequence number 1 in its group. Within a pair the shorter kernel is the
+    # transfer: rank 0 waits 40 µs for rank 1, rank 3 waits 70 µs for rank 2.
+    shard = {0: [0, 1], 1: [0, 1], 2: [2, 3], 3: [2, 3]}
+    replicate = {0: [0, 2], 1: [1, 3], 2: [0, 2], 3: [1, 3]}
+    gather_us = {0: 60, 1: 20, 2: 30, 3: 100}
+    paths = {}
+    for rank in range(4):
+        doc = kineto(rank, world=4, backend="nccl", pid=100 + rank)
+        doc["traceEvents"] += [
+            _hsdp_kernel(rank, "1", "allgather", shard[rank], 1, 100, gather_us[rank]),
+            _hsdp_kernel(rank, "2", "allreduce", replicate[rank], 1, 400, 50),
+        ]
+        paths[rank] = write(tmp_path / f"rank{rank}.json", doc)
+    waits = collective_waits(load_run(paths).events)
+    gathers = waits[waits["name"] == "ncclDevKernel_allgather"].set_index("rank")
+    assert gathers["wait_us"].to_dict() == {0: 40.0, 1: 0.0, 2: 0.0, 3: 70.0}
+    assert waits.groupby(["key", "index"]).size().tolist() == [2, 2, 2, 2]
+
+
 def test_find_straggler_names_the_rank_a_reader_of_the_nccl_kernels_would(real_traces):
     # By hand: the i-th SendRecv kernel of each rank (no identity recorded: order). The shorter
     # of a pair is the transfer; the other rank waited the difference.

@@ -137,3 +137,14 @@ def test_the_memory_plot_draws_one_line_per_rank_and_the_marks(with_memory, writ
     assert len(ax.get_lines()) == 3  # two ranks and one mark
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["rank 0", "rank 1"]
     assert any("backward starts" in t.get_text() for t in ax.texts)
+
+
+def test_the_memory_plot_shades_spans_and_keeps_neighbouring_labels_apart(
+    with_memory, write, tmp_path
+):
+    memory = memory_over_time(load_memory(write(tmp_path / "rank0.json", with_memory), "cpu"))
+    fig = plot_memory(memory, spans={"first": (0.0, 0.05), "second": (0.06, 0.1)})
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2
+    heights = {t.get_text().strip(): t.get_position()[1] for t in ax.texts}
+    assert heights["first"] != heights["second"]

@@ -9,6 +9,8 @@ from what the trace holds.
 - ``collectives``: the same collective matched on every rank; waiting against moving data,
   the straggler, overlap with computation, bandwidth.
 - ``memory``: memory in use over time from a starting point, and its peaks.
+- ``fsdp``: the phases of a sharded (FSDP2) step per unit and rank, from FSDP's annotations,
+  and the phase each collective belongs to.
 - ``gpu``: how long each GPU stream sat idle in a step.
 - ``clocks``: how far the nodes' clocks disagree, and the events shifted to correct it.
 - ``rpc``: the node of each event of an RPC trace, the calls and the remote work they caused
@@ -29,6 +31,7 @@ from .collectives import (
     matched_collectives,
     waiting_per_step,
 )
+from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind, event_names, name_matches
@@ -62,6 +65,9 @@ __all__ = [
     "collective_bandwidth",
     "bus_factor",
     "gpu_idle_time",
+    "fsdp_phases",
+    "fsdp_collectives",
+    "ROOT_UNIT",
     "memory_over_time",
     "memory_peaks",
     "clock_offsets",

@@ -4,6 +4,7 @@
 - ``timeline``: :func:`plot_rank_timeline`, one row per rank (lanes per thread or GPU stream,
   ranks grouped by node) on one time axis; :func:`plot_timelines`, several of them one above
   the other on equal spans; :func:`step_window`, the time span of a step.
+- ``fsdp``: :func:`plot_fsdp_phases`, a sharded step by phase, one row per unit and rank.
 - ``gpu``: :func:`plot_launch_lag`, each step's CPU time above the GPU work it launched.
 - ``memory``: :func:`plot_memory`, memory in use over time, one line per rank.
 - ``show``: :func:`show_figure`, a figure shown in a notebook with its alternative text.
@@ -11,6 +12,7 @@
   called them, side by side (a hung job's Flight Recorder dumps).
 """
 
+from .fsdp import PHASE_COLORS, plot_fsdp_phases
 from .gpu import plot_launch_lag
 from .memory import plot_memory
 from .sequences import plot_collective_sequences
@@ -27,6 +29,8 @@ __all__ = [
     "plot_rank_timeline",
     "plot_timelines",
     "plot_launch_lag",
+    "plot_fsdp_phases",
+    "PHASE_COLORS",
     "step_window",
     "plot_collective_sequences",
     "plot_memory",

@@ -4,7 +4,7 @@ order, or set it themselves.
 
 - :func:`anonymise_traces` (exercise 3.2): a run's trace files get names that say nothing; the
   old names are kept in the run folder (``renamed.json``).
-- :func:`launch_with_a_hidden_straggler` (4.2): a run of ``train_ddp.py`` with one rank slowed,
+- :func:`launch_with_a_hidden_straggler` (4.2, 10.2): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
 - :func:`skew_a_node` (7.2): a copy of a run's events with one node's clock moved by a random
   amount (kept in the frame's ``attrs``).
@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..analysis import shift_ranks
 from ..jobs import BackgroundRun, RunRecord, launch
-from .common import TRAIN_DDP_SCRIPT
+from .common import TRAIN_DDP_SCRIPT, arguments, close, is_run, number, whole
 
 __all__ = [
     "RENAMED_FILE",
@@ -37,6 +37,7 @@ __all__ = [
     "SLOW_DOWN_FILE",
     "anonymise_traces",
     "launch_with_a_hidden_straggler",
+    "judge_hidden_straggler",
     "skew_a_node",
     "slow_a_rank",
 ]
@@ -76,10 +77,15 @@ def anonymise_traces(
 
 
 def launch_with_a_hidden_straggler(
-    nproc: int, args: Sequence[str] = (), seed: int | None = None, **options: Any
+    nproc: int,
+    args: Sequence[str] = (),
+    seed: int | None = None,
+    script: str = TRAIN_DDP_SCRIPT,
+    **options: Any,
 ) -> RunRecord:
-    """Launch ``train_ddp.py`` with ``args`` and one rank slowed down: its batches take longer
-    to load by one of :data:`STRAGGLER_DELAYS_MS`; the rank and the delay are chosen at random
+    """Launch ``script`` (lesson 3's ``train_ddp.py``, or lesson 10's ``train_fsdp.py``, which
+    takes the same flags) with ``args`` and one rank slowed down: its batches take longer to
+    load by one of :data:`STRAGGLER_DELAYS_MS`; the rank and the delay are chosen at random
     (``--slow-rank`` and ``--delay-ms``, kept in the run's manifest for the check).
     The run's experiment is always ``hidden-straggler``; ``options`` go to
     :func:`helpers.launch` (``echo``, ``timeout``...)."""
@@ -92,7 +98,45 @@ def launch_with_a_hidden_straggler(
     ]
     options.setdefault("echo", False)
     options["experiment"] = HIDDEN_STRAGGLER_EXPERIMENT
-    return launch(TRAIN_DDP_SCRIPT, nproc=nproc, args=[*args, *hidden], **options)
+    return launch(script, nproc=nproc, args=[*args, *hidden], **options)
+
+
+def judge_hidden_straggler(
+    answer: Any, run: Any, script: str, how_to_launch: str
+) -> tuple[bool, str]:
+    """The check of a hidden straggler (4.2 with ``train_ddp.py``, 10.2 with ``train_fsdp.py``):
+    ``answer`` is ``{"straggler": rank, "delay_ms": ms}`` read from the traces of ``run``, a run
+    of :func:`launch_with_a_hidden_straggler` with ``script`` (whose manifest keeps what was
+    chosen); the delay is right to within a quarter or 20 ms. ``how_to_launch`` is the call the
+    hint shows. Returns (right, what to say)."""
+    given = arguments(run) if is_run(run) else {}
+    slow_rank, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
+    hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT and run.script == script
+    if not hidden or slow_rank is None or slow_rank < 0 or not delay_ms:
+        return False, (
+            f"this is not a run with a hidden straggler: launch it with {how_to_launch} "
+            "and hand the check that run"
+        )
+    if not isinstance(answer, dict) or {"straggler", "delay_ms"} - set(answer):
+        return False, 'answer with a dict {"straggler": ..., "delay_ms": ...}'
+    if whole(answer["straggler"]) != slow_rank:
+        return False, (
+            "not that rank: the straggler is the rank that waits least in collectives, "
+            "everyone is already there when it arrives (find_straggler)"
+        )
+    said = number(answer["delay_ms"])
+    if said is not None and close(said * 1000, delay_ms, 0.25, 20):
+        return False, "the straggler is right; give the delay in ms, not seconds"
+    if said is None or not close(said, delay_ms, 0.25, 20):
+        return False, (
+            "the straggler is right; the delay is off: read it within this run, e.g. its "
+            "data-loading time per step against the others', or how much longer the other "
+            "ranks wait than it does in the collective it reaches late"
+        )
+    return True, (
+        f"rank {slow_rank} was slowed by {delay_ms:g} ms per batch; you read "
+        f"{said:g} ms from its traces alone"
+    )
 
 
 def skew_a_node(

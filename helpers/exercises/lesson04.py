@@ -20,7 +20,7 @@ from .common import (
     number,
     whole,
 )
-from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
+from .hidden import judge_hidden_straggler
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "TRAIN_DDP_SCRIPT", "STRAGGLER_FLAGS"]
 
@@ -89,38 +89,8 @@ def _where_the_fast_rank_waits(
 def _the_hidden_straggler(answer: Any, run: Any) -> tuple[bool, str]:
     """4.2: the rank that launch_with_a_hidden_straggler slowed, and its delay per step, from
     the traces of that run alone (the run's manifest keeps what was chosen)."""
-    if not is_run(run):
-        return (
-            False,
-            "hand the check the run: mystery = launch_with_a_hidden_straggler(NPROC, common)",
-        )
-    given = arguments(run)
-    slow_rank, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
-    hidden = run.experiment == HIDDEN_STRAGGLER_EXPERIMENT and run.script == TRAIN_DDP_SCRIPT
-    if not hidden or slow_rank is None or slow_rank < 0 or not delay_ms:
-        return False, (
-            "this is not a run with a hidden straggler: launch it with "
-            "launch_with_a_hidden_straggler(NPROC, common)"
-        )
-    if not isinstance(answer, dict) or {"straggler", "delay_ms"} - set(answer):
-        return False, 'answer with a dict {"straggler": ..., "delay_ms": ...}'
-    if whole(answer["straggler"]) != slow_rank:
-        return False, (
-            "not that rank: the straggler is the rank that waits least in collectives, "
-            "everyone is already there when it arrives (find_straggler)"
-        )
-    said = number(answer["delay_ms"])
-    if said is not None and close(said * 1000, delay_ms, 0.25, 20):
-        return False, "the straggler is right; give the delay in ms, not seconds"
-    if said is None or not close(said, delay_ms, 0.25, 20):
-        return False, (
-            "the straggler is right; the delay is off: read it within this run, e.g. its "
-            "data-loading time per step against the others', or how much longer the other "
-            "ranks wait per step than it does"
-        )
-    return True, (
-        f"rank {slow_rank} was slowed by {delay_ms:g} ms per batch; you read "
-        f"{said:g} ms from its traces alone"
+    return judge_hidden_straggler(
+        answer, run, TRAIN_DDP_SCRIPT, "launch_with_a_hidden_straggler(NPROC, common)"
     )
 
 

@@ -269,8 +269,10 @@ def comm_numbers(
     """What a collective's args say about it, per event (-1 where unknown): ``msg_bytes``, its
     message size as nccl-tests counts it (the larger of input and output, so the whole buffer
     of an all-gather or a reduce-scatter), ``group_size`` and the sequence number ``seq``;
-    and its process group as a text column. Only the events with a collective name (codes
-    ``collective`` >= 0) are read."""
+    and its process group as a text column: its name, and its ranks when the trace gives them
+    (``0 [0, 1]``), so that groups that share a name on different ranks (one per node of a
+    mesh) stay apart. Only the events with a collective name (codes ``collective`` >= 0) are
+    read."""
     named = np.flatnonzero(collective >= 0)
     columns = {c: np.full(len(xs), -1, np.int64) for c in ("msg_bytes", "group_size", "seq")}
     group = np.full(len(xs), -1, np.int32)
@@ -279,9 +281,17 @@ def comm_numbers(
     mine = [xs[i] for i in named]
     for column, values in _comm_numbers(mine).items():
         columns[column][named] = values
-    codes, groups = _sparse(mine, "args.group", str)
+    labels = [_group_label(e.args.group, e.args.group_ranks) for e in mine]
+    codes, groups = _codes(labels)
     group[named] = codes
     return columns, (group, groups)
+
+
+def _group_label(name: Any, ranks: Any) -> str | None:
+    """A collective's process group as text: its name, then its ranks when known."""
+    if name is None:
+        return None
+    return f"{name} {ranks}" if isinstance(ranks, (str, list)) and ranks else str(name)
 
 
 def _comm_numbers(xs: list[Event]) -> dict[str, np.ndarray]:

@@ -50,6 +50,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     out_nelems: int = msgspec.field(default=-1, name="Out msg nelems")
     dtype: Any = None
     group: Any = msgspec.field(default=None, name="Process Group Name")
+    group_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     group_size: int = msgspec.field(default=-1, name="Group size")
     seq: int = msgspec.field(default=-1, name="Seq")
     call_from: Any = msgspec.field(default=None, name="CallFrom")  # python_function: its caller
