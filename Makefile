@@ -30,7 +30,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 HTML_TEMPLATE := --TemplateExporter.extra_template_basedirs=tools/nbconvert --template series
 
 .PHONY: install run test lint test-recorded lab refresh record doctor wheelhouse test-offline \
-	benchmark clean-traces
+	benchmark clean-traces gpu-rehearsal
 
 install: $(STAMP)
 
@@ -117,12 +117,20 @@ test-offline: wheelhouse
 
 # Benchmarks of the trace layer (minutes; figures in README.md): the loader on 64 ranks of 8 MB,
 # then a run of 256 ranks of 32 MB (8 GB of JSON, generated once into $(BIG_RUN)) summarised
-# rank by rank.
+# rank by rank, and the report command on it and on a lesson's run.
 BIG_RUN ?= /tmp/pdp-rank-by-rank
 benchmark: install
 	$(BIN)/python -m pip install -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/bench_traces.py
 	$(BIN)/python benchmarks/rank_by_rank.py --ranks 256 --mb-per-rank 32 --folder $(BIG_RUN)
+	$(BIN)/python benchmarks/report_big_run.py --ranks 256 --mb-per-rank 32 --folder $(BIG_RUN)
+
+# The series' GPU path on this machine's GPUs (docs/INSTRUCTORS.md: the day before a workshop):
+# doctor, lesson 2 on the GPU, lesson 3's script with nccl (and, on one GPU, two gloo ranks
+# sharing it), lessons 3, 4 and 9; every trace checked; report in build/gpu-rehearsal.md, runs
+# recorded under recordings/gpu/. Without a GPU: one line, exit 0.
+gpu-rehearsal: install
+	$(BIN)/python -m helpers.rehearsal
 
 clean-traces:
 	find traces -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +

@@ -525,6 +525,14 @@ def sharded_straggler(lesson_run) -> RunRecord:
     return dataclasses.replace(lesson_run("fsdp-straggler"), experiment="hidden-straggler")
 
 
+def few_ranks_run(folder: Path, slowed: int) -> RunRecord:
+    """Exercise 11.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
+    args = ["--profile-ranks", "0,1", "--slow-rank", str(slowed), "--delay-ms", "80"]
+    run = fake_run(folder, "train_ddp.py", args=args, nproc=3)
+    run.experiment = "hidden-straggler"
+    return run
+
+
 @pytest.fixture(scope="module")
 def right_evidence(
     lesson_run,
@@ -544,6 +552,7 @@ def right_evidence(
     rank0_slowed,
     hung_at_15,
     sharded_straggler,
+    tmp_path_factory,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
     from helpers import skew_a_node
@@ -585,6 +594,8 @@ def right_evidence(
         "09.2": ({"seq": HUNG_SEQ, "line": wait_line()}, {"job": hung_at_15}),
         "10.1": ({"all_gathers": 9, "reduce_scatters": 5}, {"run": lesson_run("fsdp-layers")}),
         "10.2": ({"straggler": 1, "delay_ms": 150}, {"run": sharded_straggler}),
+        "11.1": ("not profiled", {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)}),
+        "11.2": ([0, 8, 16, 31], {}),
     }
 
 
@@ -1223,6 +1234,54 @@ def test_10_2_refuses_a_straggler_the_learner_chose(lesson_run):
     said = {"straggler": 1, "delay_ms": 150}
     run = lesson_run("fsdp-straggler")
     assert rejected(evaluate("10.2", said, run=run), "launch_with_a_hidden_straggler")
+
+
+# -------------------------------------------------------------------------- lesson 11
+
+
+def test_11_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
+    assert accepted(evaluate("11.1", 2, run=few_ranks_run(tmp_path, 2)))
+
+
+def test_11_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
+    assert rejected(
+        evaluate("11.1", 0, run=few_ranks_run(tmp_path, 2)), "every rank profiled waits"
+    )
+
+
+def test_11_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
+    assert accepted(evaluate("11.1", 1, run=few_ranks_run(tmp_path, 1)))
+
+
+def test_11_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
+    said = evaluate("11.1", "not profiled", run=few_ranks_run(tmp_path, 1))
+    assert rejected(said, "among the ranks profiled")
+
+
+def test_11_1_rejects_the_other_profiled_rank(tmp_path):
+    assert rejected(evaluate("11.1", 0, run=few_ranks_run(tmp_path, 1)), "data loading")
+
+
+def test_11_1_refuses_a_job_profiled_on_every_rank(tmp_path):
+    run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
+    run.experiment = "hidden-straggler"
+    assert rejected(evaluate("11.1", 1, run=run), "--profile-ranks")
+
+
+def test_11_2_rejects_a_plan_that_leaves_a_machine_unprofiled():
+    assert rejected(evaluate("11.2", [0, 8, 9, 10, 31]), "machine 2 (ranks 16-23) has no rank")
+
+
+def test_11_2_rejects_more_ranks_than_the_budget():
+    assert rejected(evaluate("11.2", [0, 7, 8, 16, 24, 30, 31]), "at most 6")
+
+
+def test_11_2_rejects_a_plan_without_rank_0():
+    assert rejected(evaluate("11.2", [1, 8, 16, 31]), "rank 0")
+
+
+def test_11_2_rejects_a_plan_without_the_last_rank():
+    assert rejected(evaluate("11.2", [0, 8, 16, 24]), "the last rank (31)")
 
 
 # --------------------------------------------------------------------------- hidden answers

@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "helpers"
 
 #: The rooms in the order they may import each other: each imports only those before it.
-ROOMS = ["jobs", "analysis", "traces", "drawing", "hangs", "live", "exercises", "doctor"]
+ROOMS = ["jobs", "analysis", "traces", "drawing", "report", "hangs", "live", "exercises", "doctor", "rehearsal"]  # fmt: skip
+#: Rooms that are one module, run as a command, not imported by the lessons.
+COMMANDS = ("doctor", "rehearsal")
 #: Modules at the top of helpers/ that every room may import.
 SHARED = {"helpers._files"}
 
@@ -98,7 +100,7 @@ def test_every_module_of_helpers_is_in_a_room_or_shared():
     assert loose == []
 
 
-@pytest.mark.parametrize("name", [r for r in ROOMS if r != "doctor"])
+@pytest.mark.parametrize("name", [r for r in ROOMS if r not in COMMANDS])
 def test_every_room_says_what_it_does_and_what_it_exports(name):
     init = PACKAGE / name / "__init__.py"
     module = getattr(helpers, name)
@@ -187,6 +189,6 @@ def test_every_public_name_used_before_the_layout_is_importable_from_helpers():
 
 
 def test_the_one_import_surface_is_the_union_of_the_rooms():
-    rooms = [n for r in ROOMS if r != "doctor" for n in getattr(helpers, r).__all__]
+    rooms = [n for r in ROOMS if r not in COMMANDS for n in getattr(helpers, r).__all__]
     assert sorted(helpers.__all__) == sorted(rooms)
     assert len(set(helpers.__all__)) == len(helpers.__all__), "a name exported by two rooms"

@@ -19,7 +19,7 @@ prints the verdict for the learner. With the environment variable ``PDP_CHECKS_M
 worked solution that stops passing its check fails its notebook; an exercise not answered yet
 never raises.
 
-The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson10``
+The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson11``
 (``common`` holds what they share, ``hidden`` the helpers that choose an exercise's answer at
 random and keep it for the check). To add the checks of lesson NN:
 
@@ -53,6 +53,7 @@ from . import (
     lesson08,
     lesson09,
     lesson10,
+    lesson11,
 )
 from .common import Check
 from .hidden import anonymise_traces, launch_with_a_hidden_straggler, skew_a_node, slow_a_rank
@@ -82,6 +83,7 @@ LESSONS: tuple[ModuleType, ...] = (
     lesson08,
     lesson09,
     lesson10,
+    lesson11,
 )
 
 #: Set to 1 to make :func:`check` raise on a wrong answer (CI runs the solutions so).

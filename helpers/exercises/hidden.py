@@ -81,11 +81,12 @@ def launch_with_a_hidden_straggler(
     args: Sequence[str] = (),
     seed: int | None = None,
     script: str = TRAIN_DDP_SCRIPT,
+    delays_ms: Sequence[int] = STRAGGLER_DELAYS_MS,
     **options: Any,
 ) -> RunRecord:
     """Launch ``script`` (lesson 3's ``train_ddp.py``, or lesson 10's ``train_fsdp.py``, which
     takes the same flags) with ``args`` and one rank slowed down: its batches take longer to
-    load by one of :data:`STRAGGLER_DELAYS_MS`; the rank and the delay are chosen at random
+    load by one of ``delays_ms`` (:data:`STRAGGLER_DELAYS_MS`); the rank and the delay are chosen at random
     (``--slow-rank`` and ``--delay-ms``, kept in the run's manifest for the check).
     The run's experiment is always ``hidden-straggler``; ``options`` go to
     :func:`helpers.launch` (``echo``, ``timeout``...)."""
@@ -94,7 +95,7 @@ def launch_with_a_hidden_straggler(
         "--slow-rank",
         str(chooser.randrange(nproc)),
         "--delay-ms",
-        str(chooser.choice(STRAGGLER_DELAYS_MS)),
+        str(chooser.choice(delays_ms)),
     ]
     options.setdefault("echo", False)
     options["experiment"] = HIDDEN_STRAGGLER_EXPERIMENT

@@ -28,7 +28,13 @@ from .listeners import (
     interface_address,
     loopback_interface,
 )
-from .recorded import RECORDINGS_ROOT, RecordingMissing, replay, use_recorded_runs
+from .recorded import (
+    RECORDINGS_ROOT,
+    RecordingMissing,
+    recorded_traces,
+    replay,
+    use_recorded_runs,
+)
 from .runs import (
     CACHE_DIR,
     LaunchError,
@@ -60,6 +66,7 @@ __all__ = [
     "RendezvousTimedOut",
     "RunInterrupted",
     "use_recorded_runs",
+    "recorded_traces",
     "RecordingMissing",
     "RECORDINGS_ROOT",
     "replay",

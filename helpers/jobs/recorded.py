@@ -48,9 +48,12 @@ __all__ = [
     "recording",
     "replay",
     "save_recording",
+    "recorded_traces",
 ]
 
-RECORDINGS_ROOT = REPO_ROOT / "recordings"
+#: Where runs are recorded and replayed from; ``PDP_RECORDINGS`` (relative to the repository)
+#: moves it, as the GPU rehearsal does to ``recordings/gpu`` beside the CPU recordings.
+RECORDINGS_ROOT = REPO_ROOT / os.environ.get("PDP_RECORDINGS", "recordings")
 RECORDING_NAME = "recording.json"
 _RUN_DIR_MARK = "{RUN_DIR}"  # stands for the run folder in a recorded error message
 _switched: bool | None = None  # set by use_recorded_runs(); None: follow PDP_RECORDED
@@ -263,3 +266,15 @@ def _recorded_error(spec: dict, record: RunRecord) -> Exception:
     if "rank" in spec:
         return cls(message, record, spec["rank"], spec["exit_code"], spec["last_lines"])
     return cls(message, record)
+
+
+def recorded_traces(experiment: str) -> Path:
+    """The folder of trace files of the series' recorded run of ``experiment`` (for example
+    ``"ddp-straggler"``, lesson 4's): traces to try a tool on without launching anything. A
+    :class:`RecordingMissing` lists the experiments there are."""
+    found = {}
+    for path in sorted(RECORDINGS_ROOT.glob(f"*/{RECORDING_NAME}")):
+        found.setdefault(json.loads(path.read_text())["key"]["experiment"], path.parent)
+    if experiment not in found:
+        raise RecordingMissing(f"no recorded run of {experiment!r}; recorded: {sorted(found)}")
+    return found[experiment] / "files"

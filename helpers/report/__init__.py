@@ -1,0 +1,32 @@
+"""A report for any folder of per-rank traces: this series' runs, or your own job's.
+
+``python -m helpers.report TRACES... [--out report.html] [--skip-bad] [--merged FILE]`` (or the
+``pdp-report`` command) reads a run's traces and writes one self-contained HTML file, figures
+embedded, that opens offline. In Python:
+
+- :func:`build_report` reads the traces (whole, or one rank at a time when they are too large to
+  load whole) and returns a :class:`Report`: the job at a glance, then sections in the order to
+  read them (what the traces cannot tell; step time; waiting and the straggler; time per kind;
+  the GPU; a sharded job's phases). A section shows itself in a notebook.
+- :func:`write_report` writes it as HTML; :func:`report_html` gives the HTML.
+- :class:`ReportError`: bad input, said with the file and what to do.
+
+Modules: ``build`` (reading the traces), ``sections`` (each part of the report),
+``cautions`` (what the traces cannot tell), ``html`` (the page), ``__main__`` (the command).
+"""
+
+from __future__ import annotations
+
+from .build import WHOLE_LIMIT_MB, Report, ReportError, build_report
+from .html import report_html, write_report
+from .sections import Section
+
+__all__ = [
+    "Report",
+    "Section",
+    "ReportError",
+    "WHOLE_LIMIT_MB",
+    "build_report",
+    "report_html",
+    "write_report",
+]

@@ -1,0 +1,54 @@
+"""``python -m helpers.report TRACES... [--out report.html] [--skip-bad] [--merged FILE]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from ..jobs.runs import show_path
+from ..traces import TraceError, load_run, merge_traces
+from ..traces.export import written_by_merge
+from .build import ReportError, build_report, trace_paths
+from .html import write_report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m helpers.report",
+        description="One HTML report of a run's per-rank profiler traces (CPU or GPU).",
+    )
+    p.add_argument("traces", nargs="+", help="a folder of per-rank traces (searched below too), or the files")  # fmt: skip
+    p.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html)")  # fmt: skip
+    p.add_argument("--skip-bad", action="store_true", help="leave out files that cannot be read, and list them")  # fmt: skip
+    p.add_argument("--merged", metavar="FILE", help="also write every rank into one trace for Perfetto")  # fmt: skip
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (2 for input it cannot use)."""
+    args = parser().parse_args(argv)
+    started = time.perf_counter()
+    try:
+        report = build_report(args.traces, skip_bad=args.skip_bad)
+        out = write_report(report, args.out)
+        if args.merged:
+            if report.read != "whole":
+                raise ReportError("--merged: these traces are too large to load whole for one merged file")  # fmt: skip
+            files = [f for f in trace_paths(args.traces) if not written_by_merge(f)]
+            merged = merge_traces(load_run(files, strict=not args.skip_bad, cache=False), args.merged)  # fmt: skip
+            print(f"merged trace for https://ui.perfetto.dev: {show_path(merged)}")
+    except (ReportError, TraceError) as err:
+        print(f"report: {err}", file=sys.stderr)
+        return 2
+    ranks = report.glance["ranks found"].split(":")[0]
+    print(
+        f"report written to {show_path(out)}: {ranks} rank(s), read {report.read}, "
+        f"{len(report.skipped)} files skipped, {time.perf_counter() - started:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

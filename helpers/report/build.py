@@ -1,0 +1,266 @@
+"""Reading a run's traces for the report, and the report's sections.
+
+The traces are read whole (:func:`helpers.load_run`) when they fit, else one rank at a time
+(:func:`helpers.summarise_run`): a run of hundreds of ranks then needs about one rank's memory per
+worker, and the report keeps the sections that need only steps, collectives and time per kind.
+"""
+
+from __future__ import annotations
+
+import glob
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..analysis import (
+    fsdp_phases,
+    time_per_kind,
+)
+from ..jobs.runs import show_path
+from ..traces import TraceError, load_run, load_trace, summarise_run, trace_files
+from ..traces.export import written_by_merge
+from .cautions import Facts, cautions, missing_ranks
+from .sections import (
+    Section,
+    gpu_section,
+    kinds_section,
+    median_step,
+    median_waiting,
+    phases_section,
+    step_section,
+    waiting_section,
+)
+
+__all__ = ["WHOLE_LIMIT_MB", "Report", "ReportError", "build_report", "trace_paths"]
+
+#: Traces larger than this in all (MB of JSON, a gzip file counted at 8 times its size) are
+#: read one rank at a time.
+WHOLE_LIMIT_MB = 1024
+CAUTIONS = "What the traces cannot tell"
+
+
+class ReportError(ValueError):
+    """Input the report cannot use; the message names the file or argument and what to do."""
+
+
+@dataclass
+class Report:
+    """The report of one run: ``glance`` (facts, in order), ``sections`` in reading order (the
+    first says what the traces cannot tell), the ``skipped`` files and why, and how the traces
+    were ``read`` ("whole" or "rank by rank")."""
+
+    source: str
+    glance: dict[str, str]
+    sections: list[Section]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    read: str = "whole"
+
+    def section(self, title: str) -> Section:
+        """The section called ``title``; a KeyError lists the titles there are."""
+        for found in self.sections:
+            if found.title == title:
+                return found
+        raise KeyError(f"no section {title!r}; this report has {[s.title for s in self.sections]}")
+
+
+def build_report(
+    traces: str | Path | Sequence[str | Path],
+    *,
+    skip_bad: bool = False,
+    whole_limit_mb: float = WHOLE_LIMIT_MB,
+    progress: bool | None = None,
+) -> Report:
+    """The report of the run whose per-rank traces are ``traces`` (a folder, searched below
+    too, as several nodes' folders are; files or patterns such as ``run/rank*.json.gz``; or
+    one merged file of several ranks).
+    ``skip_bad``: leave out files that cannot be read, and list them, instead of stopping at
+    the first. Raises :class:`ReportError` for input it cannot use."""
+    paths = [traces] if isinstance(traces, (str, Path)) else list(traces)
+    files = trace_paths(paths)
+    size_mb = sum(f.stat().st_size * (8 if f.name.endswith(".gz") else 1) for f in files) / 1e6
+    reader = _read_rank_by_rank if size_mb > whole_limit_mb else _read_whole
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # said in the report instead
+            warnings.simplefilter("always", UserWarning)
+            read = reader(files, skip_bad, progress)
+            return _assemble(", ".join(show_path(p) for p in paths), files, read, caught)
+    except TraceError as err:
+        raise ReportError(f"{err}{_what_to_do(err, skip_bad)}") from None
+
+
+def _what_to_do(err: TraceError, skip_bad: bool) -> str:
+    """What to add to the loader's message for the command's user."""
+    if "claims rank" in err.problem or "different run" in err.problem:
+        return "\n  These look like two runs in one folder: give the report one run's files."
+    if err.path is not None and not skip_bad:
+        return "\n  With --skip-bad the report leaves this file out and reports on the others."
+    return ""
+
+
+def trace_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """The trace files named by ``paths``: files as they are, folders' trace files below them,
+    patterns' matches; a :class:`ReportError` for a path that names none."""
+    if not paths:
+        raise ReportError("no traces given: name a folder of per-rank traces, or the files")
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = trace_files(path)
+            if not found:
+                raise ReportError(
+                    f"{show_path(path)}: no trace files (*.json, *.json.gz) in this folder or "
+                    "below it; name the folder your profiler's on_trace_ready wrote to"
+                )
+            files += found
+        elif path.is_file():
+            files.append(path)
+        elif any(c in str(path) for c in "*?["):  # a pattern the shell did not expand
+            matched = sorted(Path(p) for p in glob.glob(str(path)))
+            if not matched:
+                raise ReportError(f"{path}: this pattern matches no file")
+            files += [p for p in matched if p.is_file()]
+        else:
+            raise ReportError(f"{show_path(path)}: no such file or folder")
+    return files
+
+
+@dataclass
+class _Read:
+    """What either way of reading gives the sections: ``events`` (all of them, or the steps and
+    collectives a rank-by-rank read keeps), time per kind, the headers' facts, files skipped."""
+
+    events: pd.DataFrame
+    kinds: pd.DataFrame
+    world: int | None
+    backends: list[str]
+    gpu_without_launch: int = 0
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    whole: bool = True
+
+
+def _read_whole(files: list[Path], skip_bad: bool, progress: bool | None) -> _Read:
+    """Every event of the run, in memory."""
+    if len(files) == 1:  # one rank's file, or one merged file of several ranks
+        trace = load_trace(files[0])
+        events, headers, skipped = trace.events, [trace.header], []
+    else:
+        ranks = [f for f in files if not written_by_merge(f)] or files
+        run = load_run(ranks, strict=not skip_bad, progress=progress, cache=False)
+        events, headers, skipped = run.events, run.headers, run.skipped
+    return _Read(
+        events,
+        time_per_kind(events),
+        max((h.world_size or 0 for h in headers), default=0) or None,
+        sorted({h.backend for h in headers if h.backend}),
+        sum(h.gpu_events_without_launch for h in headers),
+        skipped,
+    )
+
+
+def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None) -> _Read:
+    """What :func:`summarise_run` keeps of each rank: steps, collectives and time per kind
+    (no GPU details, no phases: they need every event). With ``skip_bad``, a file that cannot
+    be read is left out and the pass starts again without it."""
+    files = [f for f in files if not written_by_merge(f)]
+    skipped: list[tuple[Path, str]] = []
+    while True:
+        if not files:
+            raise ReportError(
+                "no per-rank file to read one rank at a time (a merged file of several ranks "
+                "is too large to read whole): give the report the ranks' own files"
+            )
+        try:
+            summary = summarise_run(files, cache=False, progress=progress)
+            break
+        except TraceError as err:
+            if not skip_bad or err.path is None or err.path not in files:
+                raise
+            files.remove(err.path)
+            skipped.append((err.path, err.problem))
+    ranks = list(summary.kind_ms.index)
+    if len(set(ranks)) < len(ranks):
+        raise ReportError(
+            f"several files claim the same rank (ranks found: {_ranges(ranks)}).\n  These look "
+            "like two runs in one folder: give the report one run's files."
+        )
+    try:
+        header = load_trace(files[0]).header
+    except TraceError:
+        header = None
+    events = pd.concat([summary.steps, summary.collectives], ignore_index=True)
+    backends = [header.backend] if header and header.backend else []
+    return _Read(events, summary.kind_ms, header.world_size if header else None, backends,
+                 skipped=skipped, whole=False)  # fmt: skip
+
+
+def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Report:
+    """The report from what was read: the glance, then the sections in reading order."""
+    events = read.events
+    ranks = sorted(int(r) for r in events["rank"].unique())
+    steps = events[events["kind"] == "step"]
+    has_steps = not steps.empty
+    gpu = "gpu kernel" in read.kinds.columns and bool(read.kinds["gpu kernel"].sum() > 0)
+    glance = _glance(files, ranks, read.world, read.backends)
+    glance["device"] = "GPU (CUDA kernels in the traces)" if gpu else "CPU (no GPU kernels)"
+    glance["steps"] = _steps_text(steps)
+    glance["time covered"] = f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s"
+    glance["read"] = "whole, in memory" if read.whole else "rank by rank (too large to load whole)"
+    waiting, step_ms = median_waiting(events, has_steps), median_step(events, has_steps)
+    missing = len(missing_ranks(ranks, read.world))
+    sections = [step_section(events, has_steps), waiting_section(waiting, step_ms, missing)]
+    sections.append(kinds_section(read.kinds))
+    if gpu and read.whole:
+        sections.append(gpu_section(events))
+    phases = fsdp_phases(events) if has_steps and read.whole else pd.DataFrame()
+    if not phases.empty:
+        sections.append(phases_section(phases))
+    facts = Facts(
+        ranks=ranks,
+        world_size=read.world,
+        has_steps=has_steps,
+        folders=len({f.parent for f in files}),
+        gpu_without_launch=read.gpu_without_launch,
+        skipped=[(show_path(p), why) for p, why in read.skipped],
+        notes=_notes(caught),
+        waiting=waiting,
+        step_ms=step_ms,
+        rank_by_rank=not read.whole,
+    )
+    caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
+    return Report(source, glance, [caution, *sections], facts.skipped, "whole" if read.whole else "rank by rank")  # fmt: skip
+
+
+def _notes(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The warnings' messages, each once, in order."""
+    return list(
+        dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning))
+    )
+
+
+def _glance(files: list[Path], ranks: list[int], world: int | None, backends: list[str]) -> dict:
+    size = sum(f.stat().st_size for f in files) / 1e6
+    return {
+        "trace files": f"{len(files)} ({size:.1f} MB on disk)",
+        "ranks found": f"{len(ranks)}: {_ranges(ranks)}",
+        "world size": str(world) if world else "not recorded in the traces",
+        "backend": ", ".join(backends) or "not recorded in the traces",
+    }
+
+
+def _steps_text(steps: pd.DataFrame) -> str:
+    numbers = sorted({int(s) for s in steps["step"].dropna()})
+    return f"{len(numbers)}: ProfilerStep#{_ranges(numbers)}" if numbers else "no step markers"
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2, 5``."""
+    parts, numbers = [], sorted(numbers)
+    for n in numbers:
+        if parts and n == parts[-1][1] + 1:
+            parts[-1][1] = n
+        else:
+            parts.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts) or "none"

@@ -1,0 +1,103 @@
+"""What a run's traces cannot tell, each said as a sentence a learner can act on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+__all__ = ["Facts", "cautions", "missing_ranks", "waiting_points_outside"]
+
+#: Every profiled rank waiting at least this share of a step, and the one that waits least at
+#: least this share of what the others wait, points outside them.
+WAITING_SHARE = 0.2
+ALIKE = 0.5
+
+
+@dataclass
+class Facts:
+    """What the cautions are drawn from: the ``ranks`` found and the ``world_size`` the traces
+    record, whether they have steps, how many ``folders`` they came from, GPU events without a
+    launch, files ``skipped`` and loader ``notes``, each rank's median ``waiting`` per step (ms)
+    and the median step (``step_ms``), and whether the run was read ``rank_by_rank``."""
+
+    ranks: list[int]
+    world_size: int | None
+    has_steps: bool
+    folders: int = 1
+    gpu_without_launch: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    waiting: pd.Series | None = None
+    step_ms: float | None = None
+    rank_by_rank: bool = False
+
+
+def missing_ranks(ranks: list[int], world_size: int | None) -> list[int]:
+    """The ranks of ``range(world_size)`` that have no trace."""
+    return sorted(set(range(world_size)) - set(ranks)) if world_size else []
+
+
+def waiting_points_outside(waiting: pd.Series | None, step_ms: float | None) -> bool:
+    """Whether the ranks profiled all wait, a large part of each step and alike: then the rank
+    they wait for is probably one that was not profiled (``waiting``: median ms per step and
+    rank). A straggler among them would wait least, far less than the others."""
+    if waiting is None or not step_ms or len(waiting) < 2:
+        return False
+    least = float(waiting.min())
+    others = float(waiting.drop(waiting.idxmin()).median())
+    return least > WAITING_SHARE * step_ms and least > ALIKE * others
+
+
+def cautions(facts: Facts) -> list[str]:
+    """The sentences, most important first; one that says so when there is nothing to add."""
+    said = []
+    missing = missing_ranks(facts.ranks, facts.world_size)
+    if missing:
+        said.append(
+            f"{len(missing)} of the job's {facts.world_size} ranks left no trace here "
+            f"(profiled {len(facts.ranks)}). Waiting below compares the ranks profiled only; "
+            "the job's straggler may be one of the others. Profile a few ranks of every node, "
+            "the first and last ranks among them, and the rank a previous run named."
+        )
+        if waiting_points_outside(facts.waiting, facts.step_ms):
+            least = float(facts.waiting.min())
+            said.append(
+                f"Every rank profiled waits at least {least:.1f} ms per step in collectives "
+                f"({least / facts.step_ms:.0%} of a median step), none far less than the "
+                "others: the rank they all wait for is probably one that was not profiled."
+            )
+    if facts.world_size is None:
+        said.append(
+            "The traces do not record the job's size (no `distributedInfo`): ranks that were "
+            "not profiled cannot be named, and waiting compares these ranks only."
+        )
+    if not facts.has_steps:
+        said.append(
+            "No `ProfilerStep#N` markers: nothing per step (step times, waiting, the "
+            "straggler). Profile with a schedule and call `prof.step()` after every step."
+        )
+    if facts.folders > 1:
+        said.append(
+            f"The traces come from {facts.folders} folders. If those are several hosts', each "
+            "host has its own clock, so moments on different hosts compare only after their "
+            "offset is measured (`clock_offsets`, lesson 7); durations and waiting hold as "
+            "they are."
+        )
+    if facts.gpu_without_launch:
+        said.append(
+            f"{facts.gpu_without_launch} GPU events have no launch in the traces (launched "
+            "before the profiler's window): they have no step, and are left out of per-step "
+            "tables."
+        )
+    if facts.rank_by_rank:
+        said.append(
+            "Too large to load whole, so read one rank at a time: the GPU details and a "
+            "sharded job's phases need every event and are left out. Run the report on a few "
+            "ranks' files for them."
+        )
+    said += [
+        f"Skipped {path}: {why.split('; re-run')[0].rstrip('.')}." for path, why in facts.skipped
+    ]
+    said += [f"Noted while reading: {note.rstrip('.')}." for note in facts.notes]
+    return said or ["Nothing stands out: every rank of the job left a trace with steps."]

@@ -1,0 +1,249 @@
+"""The report's sections: each a title, sentences a learner can act on, a table and a figure.
+
+Each section is made from a run's events (or from what a rank-by-rank read keeps of them) by
+one function here; :func:`section_html` is a section as HTML, which a notebook shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import re
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..analysis import (
+    KIND_COLORS,
+    collective_bandwidth,
+    communication_overlap,
+    gpu_idle_time,
+    step_times,
+    waiting_per_step,
+)
+from ..drawing import plot_fsdp_phases
+from .cautions import waiting_points_outside
+
+__all__ = ["Section", "section_html"]
+
+#: A figure draws at most this many ranks (the tables hold them all).
+RANKS_DRAWN = 64
+#: A straggler is named only when the others wait this share of a step more than it does.
+CLEAR_SHARE = 0.05
+#: The kinds that are work themselves (not spans around other work).
+WORK_KINDS = ("compute", "communication", "gpu kernel", "gpu memory", "cuda runtime", "python")
+
+
+@dataclass
+class Section:
+    """One part of the report: a title, sentences, and a table and a figure (PNG) if any."""
+
+    title: str
+    text: str
+    table: pd.DataFrame | None = None
+    figure: bytes | None = None
+    alt: str = ""
+
+    def _repr_html_(self) -> str:  # a section shows itself in a notebook
+        return section_html(self)
+
+    def __repr__(self) -> str:
+        table = "" if self.table is None else f", a table of {len(self.table)} rows"
+        figure = "" if self.figure is None else ", a figure"
+        return f"Section({self.title!r}: {len(self.text)} characters of text{table}{figure})"
+
+
+def _prose(text: str) -> str:
+    """Escaped text with `code` spans, and "- " lines as a list."""
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    lines = escaped.split("\n")
+    if all(line.startswith("- ") for line in lines if line):
+        return "<ul>" + "".join(f"<li>{line[2:]}</li>" for line in lines if line) + "</ul>"
+    return "".join(f"<p>{line}</p>" for line in lines if line)
+
+
+def section_html(section: Section) -> str:
+    """One section: its title, sentences, table and figure (with its alternative text)."""
+    parts = [f"<h2>{html.escape(section.title)}</h2>", _prose(section.text)]
+    if section.table is not None:
+        parts.append(section.table.to_html(border=0, na_rep="", float_format=lambda x: f"{x:g}"))
+    if section.figure is not None:
+        data = base64.b64encode(section.figure).decode("ascii")
+        parts.append(f'<img src="data:image/png;base64,{data}" alt="{html.escape(section.alt)}">')
+    return "\n".join(parts)
+
+
+def median_step(events: pd.DataFrame, has_steps: bool) -> float | None:
+    return float(step_times(events).median().median()) if has_steps else None
+
+
+def median_waiting(events: pd.DataFrame, has_steps: bool) -> pd.Series | None:
+    """Median ms per step each rank waited in collectives; None when that cannot be read."""
+    if not has_steps or events["rank"].nunique() < 2:
+        return None
+    try:
+        waiting = waiting_per_step(events)
+    except ValueError:
+        return None
+    return waiting.median() if not waiting.empty else None
+
+
+def _png(fig: Figure) -> bytes:
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)  # a figure of pyplot's (plot_fsdp_phases) is let go too
+    return out.getvalue()
+
+
+def step_section(events: pd.DataFrame, has_steps: bool) -> Section:
+    title = "Step time per rank"
+    if not has_steps:
+        return Section(title, "No `ProfilerStep#N` in the traces: nothing to say per step.")
+    times = step_times(events)
+    table = times.agg(["median", "min", "max"]).T.rename_axis("rank").round(1)
+    table.columns = ["median (ms)", "shortest (ms)", "longest (ms)"]
+    slow, fast = table["median (ms)"].idxmax(), table["median (ms)"].idxmin()
+    spread = table["median (ms)"].max() / table["median (ms)"].min() - 1
+    if len(table) == 1:
+        text = (
+            f"One rank: its median step takes {table['median (ms)'].iloc[0]:.1f} ms "
+            f"({table['shortest (ms)'].iloc[0]:.1f} to {table['longest (ms)'].iloc[0]:.1f}). "
+            "With one rank there is nothing to compare it with."
+        )
+    else:
+        text = (
+            f"The median step takes {table['median (ms)'].median():.1f} ms. Rank {slow}'s are "
+            f"the longest ({table.loc[slow, 'median (ms)']:.1f} ms), rank {fast}'s the shortest "
+            f"({table.loc[fast, 'median (ms)']:.1f} ms): {spread:.1%} apart. Ranks that meet in "
+            "collectives end their steps together, so equal steps do not mean equal work: the "
+            "waiting below says who waits for whom."
+        )
+    shown = table.head(RANKS_DRAWN)
+    fig = Figure(figsize=(8, 2.6))  # drawn into the report, never on a screen
+    ax = fig.subplots()
+    ax.bar(shown.index.astype(str), shown["median (ms)"], color="#0072B2")
+    ax.errorbar(shown.index.astype(str), shown["median (ms)"], fmt="none", ecolor="black",
+                yerr=[shown["median (ms)"] - shown["shortest (ms)"], shown["longest (ms)"] - shown["median (ms)"]])  # fmt: skip
+    ax.set_xlabel("rank")
+    ax.set_ylabel("step (ms)")
+    ax.set_title("Median step time per rank (bars: shortest to longest)")
+    alt = f"A bar per rank of its median step time, all within {spread:.1%} of each other."
+    return Section(title, text, table, _png(fig), alt)
+
+
+def waiting_section(waiting: pd.Series | None, step_ms: float | None, missing: int = 0) -> Section:  # fmt: skip
+    """Who waits for whom, from each rank's median ms of waiting per step (None: nothing to
+    compare); ``missing``: how many of the job's ranks left no trace."""
+    title = "Waiting and the straggler"
+    if waiting is None:
+        return Section(title, "Nothing to compare: waiting compares two or more ranks that meet in collectives within whole steps.")  # fmt: skip
+    straggler = waiting.idxmin()  # find_straggler's answer: the rank that waits least
+    others = waiting.drop(straggler)
+    among = " of the ranks profiled" if missing else ""
+    table = waiting.rename("median waiting per step (ms)").rename_axis("rank").round(1).to_frame()
+    text = (
+        f"Rank {straggler} waits least{among} in collectives: {waiting[straggler]:.1f} ms per step "
+        f"(median), against {others.median():.1f} ms for the median of the others. Everyone "
+        f"else is already there when it arrives: rank {straggler} is the straggler, and the "
+        f"others' extra {others.median() - waiting[straggler]:.1f} ms per step is time lost "
+        "to it. Its own steps say why it is late: its time per kind below, its timeline."
+    )
+    if missing and waiting_points_outside(waiting, step_ms):
+        text = (
+            f"Every rank profiled waits a large part of each step in collectives, rank "
+            f"{straggler} least: {waiting[straggler]:.1f} ms per step (median), "
+            f"{waiting[straggler] / step_ms:.0%} of a step. The rank they wait for is probably "
+            f"among the {missing} that left no trace, unless the ranks profiled are slow "
+            "themselves: their time per kind below says."
+        )
+    elif step_ms and others.median() - waiting[straggler] < CLEAR_SHARE * step_ms:
+        text = (
+            f"No rank stands out: rank {straggler} waits least in collectives "
+            f"({waiting[straggler]:.1f} ms per step, median), but the others wait only "
+            f"{others.median() - waiting[straggler]:.1f} ms more, under {CLEAR_SHARE:.0%} of a "
+            f"{step_ms:.0f} ms step (median). Waiting this even says the ranks "
+            f"{'profiled ' if missing else ''}arrive together."
+        )
+    return Section(title, text, table)
+
+
+def kinds_section(kinds: pd.DataFrame) -> Section:
+    title = "Time per kind"
+    kinds = kinds.loc[:, (kinds > 0).any()].round(1)
+    if kinds.empty:
+        return Section(title, "No event with a duration of a known kind in the traces.")
+    work = [k for k in kinds.columns if k in WORK_KINDS]
+    top = kinds[work or list(kinds.columns)].sum().idxmax()
+    kinds.columns = [f"{k} (ms)" for k in kinds.columns]
+    text = (
+        f"Wall time per kind of event over the traces, per rank; of the kinds that are work "
+        f"themselves, `{top}` takes the most (annotations, the optimizer's and the data "
+        "loader's spans mark what runs inside them, on the CPU). Kinds overlap (a collective "
+        "runs while an op computes), so a row does not add up to the time covered."
+    )
+    shown = kinds.head(RANKS_DRAWN)
+    fig = Figure(figsize=(8, 0.6 + 0.22 * len(shown)))
+    ax = fig.subplots()
+    left = pd.Series(0.0, index=shown.index)
+    for column in shown.columns:
+        kind = column[: -len(" (ms)")]
+        ax.barh(
+            shown.index.astype(str),
+            shown[column],
+            left=left,
+            label=kind,
+            color=KIND_COLORS.get(kind),
+        )
+        left += shown[column]
+    ax.invert_yaxis()
+    ax.set_xlabel("ms")
+    ax.set_ylabel("rank")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    alt = f"A stacked bar per rank of its time per kind of event; {top} is the longest part."
+    return Section(title, text, kinds.rename_axis("rank"), _png(fig), alt)
+
+
+def gpu_section(events: pd.DataFrame) -> Section:
+    title = "The GPU"
+    work = events[events["kind"].isin(["gpu kernel", "gpu memory"]) & events["launch_us"].notna()]
+    lag = ((work["start_us"] - work["launch_us"]) / 1e3).groupby(work["rank"]).median()
+    table = pd.DataFrame({"launch to start (ms, median)": lag})
+    overlap = communication_overlap(events)
+    if not overlap.empty:
+        table["communication hidden (share)"] = overlap.groupby("rank")["overlap"].median()
+    idle = gpu_idle_time(events)
+    if not idle.empty:
+        busiest = idle.groupby(["rank", "step"])["idle_fraction"].min()
+        table["busiest stream idle (share)"] = busiest.groupby("rank").median()
+    bandwidth = collective_bandwidth(events)
+    text = (
+        "Per rank: how long GPU work waited after its launch (long: work queues up behind "
+        "earlier work, the CPU runs ahead; near zero: the GPU waits for the CPU's launches), how much of "
+        "the NCCL kernels' time ran under other kernels, and the share of a step's GPU window "
+        "in which even its busiest stream sat idle (medians over the steps)."
+    )
+    if not bandwidth.empty:
+        busbw = bandwidth.groupby("name")["busbw_gbps"].median()
+        best = busbw.idxmax()
+        text += (
+            f" Bus bandwidth, median per collective: {busbw[best]:.1f} GB/s for `{best}` at best."
+        )
+    return Section(title, text, table.rename_axis("rank").round(3))
+
+
+def phases_section(phases: pd.DataFrame) -> Section:
+    title = "A sharded job's phases"
+    per_unit = phases.pivot_table(index="unit", columns="phase", values="ms", aggfunc="sum")
+    per_unit = (per_unit / phases.groupby(["rank", "step"]).ngroups).fillna(0.0).round(1)
+    last = int(phases["step"].max())
+    drawn = phases[phases["rank"].isin(sorted(phases["rank"].unique())[:2])]
+    text = (
+        "FSDP's annotations per unit, in ms per step and rank (a unit's all-gather adds its "
+        "gathers of both passes). The figure is one step of two ranks, a row per unit."
+    )
+    figure = _png(plot_fsdp_phases(drawn, last, title=f"ProfilerStep#{last} by phase"))
+    alt = "FSDP's phases of one step, a row per unit of each of two ranks."
+    return Section(title, text, per_unit, figure, alt)

@@ -1,0 +1,363 @@
+"""The report of a folder of traces (``python -m helpers.report``), as a specification.
+
+It is built from the lessons' recorded runs, from the GPU excerpts that ship with the series and
+from other people's traces in ``../shared/real-traces/``; bad input of every kind ends in the
+report's own message and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, kineto_doc, write_doc
+from helpers import RecordingMissing, find_straggler, load_run, merge_traces, recorded_traces
+from helpers.jobs.runs import RunRecord
+from helpers.report import ReportError, Section, build_report, report_html
+from helpers.report.__main__ import main
+from helpers.report.cautions import Facts, cautions, missing_ranks
+from helpers.traces import run_files
+
+GPU_EXCERPTS = REPO / "data" / "gpu-traces"
+TWO_OF_128 = sorted(GPU_EXCERPTS.glob("nccl-128gpu-rank*.json.gz"))
+ORDER = ["What the traces cannot tell", "Step time per rank", "Waiting and the straggler", "Time per kind"]  # fmt: skip
+
+
+def files_of(run: RunRecord) -> list[Path]:
+    return [path for path, _ in run_files(run)[0]]
+
+
+@pytest.fixture(scope="module")
+def straggler_run(lesson_run) -> RunRecord:
+    """Lesson 4's run with rank 1 slowed."""
+    return lesson_run("ddp-straggler")
+
+
+@pytest.fixture(scope="module")
+def straggler_report(straggler_run):
+    return build_report(straggler_run.run_dir)
+
+
+# ---------------------------------------------------------------- what a report says
+
+
+def test_a_report_opens_with_what_the_traces_cannot_tell_then_reads_in_order(straggler_report):
+    assert [s.title for s in straggler_report.sections] == ORDER
+
+
+def test_a_report_names_the_straggler_the_analysis_names(straggler_run, straggler_report):
+    expected = find_straggler(load_run(straggler_run).events)
+    text = straggler_report.section("Waiting and the straggler").text
+    assert text.startswith(f"Rank {expected} waits least")
+    assert expected == 1  # the lesson slowed rank 1
+
+
+def test_the_job_at_a_glance_gives_ranks_world_size_backend_and_steps(straggler_report):
+    glance = straggler_report.glance
+    assert glance["ranks found"] == "2: 0-1"
+    assert glance["world size"] == "2"
+    assert glance["backend"] == "gloo"
+    assert glance["device"].startswith("CPU")
+    assert re.fullmatch(r"\d+: ProfilerStep#\d+-\d+", glance["steps"])
+
+
+def test_the_step_table_holds_each_ranks_median_step(straggler_run, straggler_report):
+    table = straggler_report.section("Step time per rank").table
+    medians = load_run(straggler_run).events.pipe(lambda e: e[e["kind"] == "step"])
+    expected = medians.groupby("rank")["dur_us"].median() / 1e3
+    assert table["median (ms)"].to_numpy() == pytest.approx(expected.to_numpy(), abs=0.05)
+
+
+def small_run(folder: Path, keep=lambda event: True) -> Path:
+    """Two ranks of conftest's small trace, all-reduces of equal length, ``keep`` its events."""
+    for rank in (0, 1):
+        doc = kineto_doc(rank, steps=3)
+        for event in doc["traceEvents"]:
+            if event.get("name") == "gloo:all_reduce":
+                event["dur"] = 200.0
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if keep(e)]
+        write_doc(folder / f"rank{rank}.json", doc)
+    return folder
+
+
+def test_even_waiting_names_no_straggler(tmp_path):
+    report = build_report(small_run(tmp_path))
+    assert report.section("Waiting and the straggler").text.startswith("No rank stands out")
+
+
+def test_two_ranks_of_a_128_rank_gpu_job_say_who_is_missing_and_that_neither_stands_out():
+    report = build_report(TWO_OF_128)
+    said = report.section("What the traces cannot tell").text
+    assert "126 of the job's 128 ranks left no trace here" in said
+    assert "probably one that was not profiled" not in said  # they wait a tenth of a step
+    assert report.section("Waiting and the straggler").text.startswith("No rank stands out")
+    assert report.glance["device"].startswith("GPU")
+    gpu = report.section("The GPU").table
+    assert list(gpu.index) == [0, 1]
+    assert (gpu["launch to start (ms, median)"] > 0).all()
+
+
+def test_a_sharded_run_gets_its_phases(lesson_run):
+    report = build_report(lesson_run("fsdp").run_dir)
+    phases = report.section("A sharded job's phases")
+    assert "layer4.1" in phases.table.index
+    assert phases.figure.startswith(b"\x89PNG")
+
+
+def test_a_run_without_steps_says_so_and_what_to_do(tmp_path):
+    folder = small_run(tmp_path, keep=lambda e: not e.get("name", "").startswith("ProfilerStep"))
+    report = build_report(folder)
+    said = report.section("What the traces cannot tell").text
+    assert "No `ProfilerStep#N` markers" in said and "prof.step()" in said
+    assert report.section("Step time per rank").text.startswith("No `ProfilerStep#N`")
+
+
+def test_every_folder_of_real_traces_gets_a_report_and_nothing_is_written_beside_them(real_traces):
+    for folder in sorted(p for p in (real_traces / "hta").iterdir() if p.is_dir()):
+        report = build_report(folder)
+        assert report.sections[0].title == "What the traces cannot tell", folder
+
+
+def test_a_warning_of_the_analysis_becomes_a_sentence_of_the_report(real_traces, recwarn):
+    report = build_report(real_traces / "hta" / "ns_resolution_trace")
+    assert "no NCCL kernels" in report.section("What the traces cannot tell").text
+    assert not [w for w in recwarn if "NCCL" in str(w.message)]
+
+
+def test_traces_from_several_folders_say_their_clocks_differ(straggler_run, tmp_path):
+    for node, path in enumerate(files_of(straggler_run)):
+        (tmp_path / f"node{node}").mkdir()
+        shutil.copy(path, tmp_path / f"node{node}" / path.name)
+    said = build_report(tmp_path).section("What the traces cannot tell").text
+    assert "come from 2 folders" in said and "clock_offsets" in said
+
+
+def test_one_merged_file_reports_every_rank_in_it(straggler_run, tmp_path):
+    merged = merge_traces(load_run(straggler_run), tmp_path / "merged.json")
+    assert build_report(merged).glance["ranks found"] == "2: 0-1"
+
+
+def test_read_rank_by_rank_the_report_gives_the_same_step_table_and_straggler(
+    straggler_run, straggler_report
+):
+    by_rank = build_report(straggler_run.run_dir, whole_limit_mb=0)
+    assert by_rank.read == "rank by rank"
+    pd.testing.assert_frame_equal(
+        by_rank.section("Step time per rank").table,
+        straggler_report.section("Step time per rank").table,
+    )
+    waiting = "Waiting and the straggler"
+    assert by_rank.section(waiting).text == straggler_report.section(waiting).text
+    assert "Too large to load whole" in by_rank.section("What the traces cannot tell").text
+
+
+def test_a_section_shows_itself_in_a_notebook(straggler_report):
+    section = straggler_report.section("Step time per rank")
+    shown = section._repr_html_()
+    assert shown.startswith("<h2>Step time per rank</h2>") and "<table" in shown
+
+
+def test_asking_for_a_section_that_is_not_there_lists_those_that_are(straggler_report):
+    with pytest.raises(KeyError, match="this report has"):
+        straggler_report.section("The GPU")
+
+
+# ---------------------------------------------------------------- the page
+
+
+def test_the_page_is_self_contained_with_figures_embedded_and_described(straggler_report):
+    page = report_html(straggler_report)
+    assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", page)
+    assert "<script" not in page
+    images = re.findall(r'<img src="data:image/png;base64,[^"]+" alt="([^"]+)">', page)
+    assert len(images) == 2 and all(images)
+
+
+def test_text_from_a_trace_is_escaped_in_the_page():
+    section = Section("Odd <names>", "a `<script>` in a kernel's name")
+    page = report_html(build_report_stub(section))
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def build_report_stub(section: Section):
+    from helpers.report import Report
+
+    return Report("x", {"ranks found": "1: 0"}, [section])
+
+
+# ---------------------------------------------------------------- the command and bad input
+
+
+def test_the_command_writes_the_page_and_says_where(straggler_run, tmp_path, capsys):
+    out = tmp_path / "r" / "report.html"
+    assert main([str(straggler_run.run_dir), "--out", str(out)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert "report written to" in capsys.readouterr().out
+
+
+def test_the_command_writes_the_merged_trace_beside_it_when_asked(straggler_run, tmp_path):
+    merged = tmp_path / "merged.json.gz"
+    assert main([str(straggler_run.run_dir), "--out", str(tmp_path / "r.html"), "--merged", str(merged)]) == 0  # fmt: skip
+    assert gzip.decompress(merged.read_bytes()).startswith(b"{")
+
+
+def test_the_command_runs_as_a_module(straggler_run, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "helpers.report", str(straggler_run.run_dir), "--out", str(tmp_path / "r.html")],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def refused(argv: list[str], capsys) -> str:
+    """The command's message on stderr, after it exited with status 2."""
+    assert main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_an_empty_folder_is_named_with_what_to_do(tmp_path, capsys):
+    said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
+    assert str(tmp_path.name) in said and "no trace files" in said and "on_trace_ready" in said
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_path_that_does_not_exist_is_named(tmp_path, capsys):
+    said = refused([str(tmp_path / "nowhere")], capsys)
+    assert "nowhere: no such file or folder" in said
+
+
+def test_a_folder_of_unrelated_json_names_a_file_and_offers_skip_bad(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    (tmp_path / "list.json").write_text("[1, 2, 3]")
+    said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
+    assert re.search(r"(config|list)\.json: ", said) and "--skip-bad" in said
+    said = refused([str(tmp_path), "--skip-bad", "--out", str(tmp_path / "r.html")], capsys)
+    assert "no usable trace" in said
+
+
+def test_two_jobs_mixed_in_one_folder_are_named_as_such(tmp_path, capsys):
+    for path in [*TWO_OF_128, GPU_EXCERPTS / "nccl-2gpu-rank0.json.gz"]:
+        shutil.copy(path, tmp_path / path.name)
+    said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
+    assert "two runs in one folder" in said
+
+
+def test_a_truncated_file_is_named_and_skip_bad_reports_on_the_rest(
+    straggler_run, tmp_path, capsys
+):
+    first, second = files_of(straggler_run)
+    shutil.copy(first, tmp_path / first.name)
+    (tmp_path / second.name).write_bytes(second.read_bytes()[:20000])
+    said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
+    assert second.name in said and "truncated" in said and "--skip-bad" in said
+    assert main([str(tmp_path), "--skip-bad", "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert f"Skipped {tmp_path.name}" in page or f"{second.name}: the JSON stops" in page
+
+
+def test_build_report_raises_report_error_not_a_traceback_from_pandas(tmp_path):
+    (tmp_path / "rank0.json").write_text('{"traceEvents": [')
+    with pytest.raises(ReportError, match=r"rank0\.json"):
+        build_report(tmp_path)
+
+
+# ---------------------------------------------------------------- the cautions alone
+
+
+def test_missing_ranks_are_those_of_the_world_without_a_trace():
+    assert missing_ranks([0, 3], 4) == [1, 2]
+    assert missing_ranks([0, 1], None) == []
+
+
+def test_a_job_that_does_not_record_its_size_says_missing_ranks_cannot_be_named():
+    said = cautions(Facts(ranks=[0], world_size=None, has_steps=True))
+    assert any("do not record the job's size" in s for s in said)
+
+
+def test_a_complete_job_with_steps_has_nothing_that_stands_out():
+    said = cautions(Facts(ranks=[0, 1], world_size=2, has_steps=True))
+    assert said == ["Nothing stands out: every rank of the job left a trace with steps."]
+
+
+def test_profiled_ranks_that_all_wait_a_fifth_of_a_step_point_outside_them():
+    waiting = pd.Series({0: 30.0, 1: 35.0})
+    said = cautions(Facts(ranks=[0, 1], world_size=8, has_steps=True, waiting=waiting, step_ms=100))
+    assert any("probably one that was not profiled" in s for s in said)
+
+
+def test_profiled_ranks_of_which_one_waits_far_less_do_not_point_outside_them():
+    waiting = pd.Series({0: 25.0, 1: 60.0})
+    said = cautions(Facts(ranks=[0, 1], world_size=8, has_steps=True, waiting=waiting, step_ms=100))
+    assert not any("probably one that was not profiled" in s for s in said)
+
+
+def test_profiled_ranks_that_hardly_wait_do_not_point_outside_them():
+    waiting = pd.Series({0: 1.0, 1: 30.0})
+    said = cautions(Facts(ranks=[0, 1], world_size=8, has_steps=True, waiting=waiting, step_ms=100))
+    assert not any("probably one that was not profiled" in s for s in said)
+
+
+# ---------------------------------------------------------------- finding traces
+
+
+def test_a_pattern_the_shell_did_not_expand_names_the_files_it_matches():
+    pattern = str(GPU_EXCERPTS / "nccl-128gpu-rank*.json.gz")
+    assert build_report(pattern).glance["ranks found"] == "2: 0-1"
+
+
+def test_a_pattern_that_matches_nothing_says_so(tmp_path):
+    with pytest.raises(ReportError, match="this pattern matches no file"):
+        build_report(str(tmp_path / "rank*.json"))
+
+
+def test_a_recorded_run_of_the_series_is_found_by_its_experiment():
+    folder = recorded_traces("ddp-straggler")
+    assert len(list(folder.glob("rank*.json.gz"))) == 2
+
+
+def test_an_experiment_never_recorded_is_refused_with_those_that_were():
+    with pytest.raises(
+        RecordingMissing, match=r"no recorded run of 'nope'; recorded: \[.*'ddp-straggler'"
+    ):
+        recorded_traces("nope")
+
+
+# ---------------------------------------------------------------- read rank by rank
+
+
+def test_read_rank_by_rank_skip_bad_leaves_out_a_truncated_file(straggler_run, tmp_path):
+    first, second = files_of(straggler_run)
+    shutil.copy(first, tmp_path / first.name)
+    (tmp_path / second.name).write_bytes(second.read_bytes()[:20000])
+    report = build_report(tmp_path, whole_limit_mb=0, skip_bad=True)
+    assert report.read == "rank by rank"
+    assert [Path(path).name for path, _ in report.skipped] == [second.name]
+    assert report.glance["ranks found"].startswith("1:")
+
+
+def test_read_rank_by_rank_two_runs_in_one_folder_are_refused(tmp_path):
+    for path in [*TWO_OF_128, GPU_EXCERPTS / "nccl-2gpu-rank0.json.gz"]:
+        shutil.copy(path, tmp_path / path.name)
+    with pytest.raises(ReportError, match="two runs in one folder"):
+        build_report(tmp_path, whole_limit_mb=0)
+
+
+def test_one_merged_file_too_large_to_read_whole_asks_for_the_ranks_files(straggler_run, tmp_path):
+    merged = merge_traces(load_run(straggler_run), tmp_path / "merged.json")
+    with pytest.raises(ReportError, match="give the report the ranks' own files"):
+        build_report(merged, whole_limit_mb=0)
+
+
+def test_merged_is_written_from_a_pattern_of_files_too(tmp_path):
+    merged = tmp_path / "m.json"
+    pattern = str(GPU_EXCERPTS / "nccl-128gpu-rank*.json.gz")
+    assert main([pattern, "--out", str(tmp_path / "r.html"), "--merged", str(merged)]) == 0
+    assert merged.read_bytes().startswith(b"{")
