@@ -58,7 +58,7 @@ def cautions(facts: Facts) -> list[str]:
             f"{len(missing)} of the job's {facts.world_size} ranks left no trace here "
             f"(profiled {len(facts.ranks)}). Waiting below compares the ranks profiled only; "
             "the job's straggler may be one of the others. Profile a few ranks of every node, "
-            "the first and last ranks among them, and the rank a previous run named."
+            "rank 0 among them, and the rank a previous run named."
         )
         if waiting_points_outside(facts.waiting, facts.step_ms):
             least = float(facts.waiting.min())
