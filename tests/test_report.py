@@ -350,6 +350,23 @@ def test_read_rank_by_rank_two_runs_in_one_folder_are_refused(tmp_path):
         build_report(tmp_path, whole_limit_mb=0)
 
 
+def test_read_rank_by_rank_two_runs_of_different_world_sizes_are_refused(tmp_path):
+    write_doc(tmp_path / "rank0.json", kineto_doc(0, world=2))
+    write_doc(tmp_path / "rank1.json", kineto_doc(1, world=4))
+    with pytest.raises(
+        ReportError, match=r"(?s)rank1.json says world size 4, .*rank0.json says 2.*two runs"
+    ):
+        build_report(tmp_path, whole_limit_mb=0)
+
+
+def test_read_rank_by_rank_the_world_size_comes_from_every_files_header(tmp_path):
+    for path in TWO_OF_128:
+        shutil.copy(path, tmp_path / path.name)
+    report = build_report(tmp_path, whole_limit_mb=0)
+    assert report.glance["world size"] == "128"
+    assert "126 of the job's 128 ranks left no trace" in report.section(ORDER[0]).text
+
+
 def test_one_merged_file_too_large_to_read_whole_asks_for_the_ranks_files(straggler_run, tmp_path):
     merged = merge_traces(load_run(straggler_run), tmp_path / "merged.json")
     with pytest.raises(ReportError, match="give the report the ranks' own files"):

@@ -10,6 +10,7 @@ from helpers.analysis import shift_ranks
 from helpers.traces import (
     TraceError,
     TraceWarning,
+    distributed_info,
     gather_traces,
     load_run,
     load_trace,
@@ -672,3 +673,40 @@ def test_a_default_bar_is_watched_in_a_terminal_or_a_kernel_unless_pdp_no_progre
     else:
         monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
     assert progress.watched() is shown
+
+
+# ---------------------------------------------------------------- a file's start only
+
+
+def test_distributed_info_reads_world_size_and_backend_from_a_gzip_traces_start(
+    tmp_path, kineto, write
+):
+    path = write(tmp_path / "rank3.json.gz", kineto(3, world=8, backend="nccl"))
+    assert distributed_info(path) == {"world_size": 8, "backend": "nccl"}
+
+
+def test_distributed_info_beyond_the_bytes_it_reads_is_none(tmp_path, kineto, write):
+    doc = kineto(0, world=8)
+    info = doc.pop("distributedInfo")
+    path = write(tmp_path / "rank0.json", {**doc, "distributedInfo": info})  # after the events
+    assert distributed_info(path, limit=200) == {"world_size": None, "backend": None}
+    assert distributed_info(path)["world_size"] == 8
+
+
+def test_distributed_info_of_a_damaged_file_is_none(tmp_path):
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(b"\x1f\x8b" + b"not gzip at all")
+    assert distributed_info(path) == {"world_size": None, "backend": None}
+
+
+def test_distributed_info_keeps_no_field_of_another_shape(tmp_path, kineto, write):
+    doc = kineto(0)
+    doc["distributedInfo"] = {"world_size": "8", "backend": ["gloo"]}
+    path = write(tmp_path / "rank0.json", doc)
+    assert distributed_info(path) == {"world_size": None, "backend": None}
+
+
+def test_distributed_info_of_a_header_nested_a_million_deep_is_none(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text('{"distributedInfo": ' + "[" * 1_000_000 + "]" * 1_000_000 + "}")
+    assert distributed_info(path, limit=4 << 20) == {"world_size": None, "backend": None}

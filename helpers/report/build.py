@@ -20,7 +20,14 @@ from ..analysis import (
     time_per_kind,
 )
 from ..jobs.runs import show_path
-from ..traces import TraceError, load_run, load_trace, summarise_run, trace_files
+from ..traces import (
+    TraceError,
+    distributed_info,
+    load_run,
+    load_trace,
+    summarise_run,
+    trace_files,
+)
 from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks
 from .sections import (
@@ -186,14 +193,30 @@ def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None)
             f"several files claim the same rank (ranks found: {_ranges(ranks)}).\n  These look "
             "like two runs in one folder: give the report one run's files."
         )
-    try:
-        header = load_trace(files[0]).header
-    except TraceError:
-        header = None
+    world, backends = _same_job(files)
     events = pd.concat([summary.steps, summary.collectives], ignore_index=True)
-    backends = [header.backend] if header and header.backend else []
-    return _Read(events, summary.kind_ms, header.world_size if header else None, backends,
-                 skipped=skipped, whole=False)  # fmt: skip
+    return _Read(events, summary.kind_ms, world, backends, skipped=skipped, whole=False)
+
+
+def _same_job(files: list[Path]) -> tuple[int | None, list[str]]:
+    """The world size and backends that the files' headers give (read from each file's start,
+    as :func:`load_run` checks them for a run it loads whole); a ReportError when two files
+    disagree."""
+    said: dict[str, dict] = {"world_size": {}, "backend": {}}
+    for path in files:
+        for field_name, value in distributed_info(path).items():
+            if value is not None:
+                said[field_name].setdefault(value, path)
+    for field_name, values in said.items():
+        if len(values) > 1:
+            (x, first), (y, other) = list(values.items())[:2]
+            raise ReportError(
+                f"{show_path(other)} says {field_name.replace('_', ' ')} {y!r}, "
+                f"{show_path(first)} says {x!r}.\n  These look like two runs in one folder: "
+                "give the report one run's files."
+            )
+    world = next(iter(said["world_size"]), None)
+    return world, sorted(said["backend"])
 
 
 def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Report:

@@ -3,6 +3,7 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
 
 - ``load``: :func:`load_trace` (one file) and :func:`load_run` (a run's files, one frame
   with a ``rank`` column); every bad file raises :class:`TraceError`, naming it.
+  :func:`distributed_info` reads only the start of a file: its world size and backend.
 - ``export``: :func:`merge_traces` (every rank in one file for Perfetto) and
   :func:`gather_traces` (the nodes' folders of a run in one place).
 - ``legacy_records``: the legacy profiler's raw records, kept while it parses them
@@ -19,6 +20,7 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
   holds :class:`TraceError` and :class:`TraceWarning`.
 """
 
+from ._header import distributed_info
 from .export import gather_traces, merge_traces
 from .load import (
     RunTraces,
@@ -45,6 +47,7 @@ __all__ = [
     "TraceWarning",
     "trace_files",
     "run_files",
+    "distributed_info",
     "merge_traces",
     "gather_traces",
     "load_memory",

@@ -9,7 +9,10 @@ comparisons and the cache; a rank or a time beyond what the frames hold is a
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,9 @@ from ._json import Doc, finite_number
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 MAX_RANK = 2**31 - 1  # ranks are int32 in the frames
+_DISTRIBUTED_INFO = re.compile(r'"distributedInfo"\s*:\s*')
+#: How much of a trace's start :func:`distributed_info` reads (Kineto writes the header first).
+PEEK_BYTES = 1 << 20
 
 
 @dataclass
@@ -182,3 +188,27 @@ def _merged_pids(doc: Doc, path: Path) -> None:
                 f"{str(pid)[:40]!r}, is not a rank number: it was not written by "
                 f"merge_traces, or was edited. Load the per-rank files instead",
             )
+
+
+def distributed_info(path: Path, limit: int = PEEK_BYTES) -> dict[str, Any]:
+    """The ``world_size`` and ``backend`` of a trace's ``distributedInfo``, read from its first
+    ``limit`` bytes only (decompressed; Kineto writes that header before the events), so that a
+    run too large to load can still be checked file by file. A field that is absent, of
+    another shape, or beyond those bytes (a trace that puts its header after its events) is
+    None; so is every field of a file that cannot be read."""
+    try:
+        with path.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        opener = gzip.open if gzipped else open
+        with opener(path, "rb") as f:
+            start = f.read(limit).decode("utf-8", errors="replace")
+        found = _DISTRIBUTED_INFO.search(start)
+        info = json.JSONDecoder().raw_decode(start, found.end())[0] if found else {}
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError):  # damaged or hostile
+        info = {}
+    if not isinstance(info, dict):
+        info = {}
+    return {
+        "world_size": _world_size(info.get("world_size")),
+        "backend": _scalar(info.get("backend"), str),
+    }
