@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..analysis import (
     fsdp_phases,
+    step_times,
     time_per_kind,
 )
 from ..jobs.runs import show_path
@@ -231,9 +232,10 @@ def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Repo
     glance["steps"] = _steps_text(steps)
     glance["time covered"] = f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s"
     glance["read"] = "whole, in memory" if read.whole else "rank by rank (too large to load whole)"
-    waiting, step_ms = median_waiting(events, has_steps), median_step(events, has_steps)
+    times = step_times(events) if has_steps else None
+    waiting, step_ms = median_waiting(events, has_steps), median_step(times)
     missing = len(missing_ranks(ranks, read.world))
-    sections = [step_section(events, has_steps), waiting_section(waiting, step_ms, missing)]
+    sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
     if gpu and read.whole:
         sections.append(gpu_section(events))

@@ -21,7 +21,6 @@ from ..analysis import (
     collective_bandwidth,
     communication_overlap,
     gpu_idle_time,
-    step_times,
     waiting_per_step,
 )
 from ..drawing import plot_fsdp_phases
@@ -76,8 +75,10 @@ def section_html(section: Section) -> str:
     return "\n".join(parts)
 
 
-def median_step(events: pd.DataFrame, has_steps: bool) -> float | None:
-    return float(step_times(events).median().median()) if has_steps else None
+def median_step(times: pd.DataFrame | None) -> float | None:
+    """The median over ranks of each rank's median step (ms), from :func:`step_times`'s table;
+    None without steps."""
+    return float(times.median().median()) if times is not None else None
 
 
 def median_waiting(events: pd.DataFrame, has_steps: bool) -> pd.Series | None:
@@ -98,11 +99,11 @@ def _png(fig: Figure) -> bytes:
     return out.getvalue()
 
 
-def step_section(events: pd.DataFrame, has_steps: bool) -> Section:
+def step_section(times: pd.DataFrame | None) -> Section:
+    """Step time per rank, from :func:`step_times`'s table (None: the traces have no steps)."""
     title = "Step time per rank"
-    if not has_steps:
+    if times is None:
         return Section(title, "No `ProfilerStep#N` in the traces: nothing to say per step.")
-    times = step_times(events)
     table = times.agg(["median", "min", "max"]).T.rename_axis("rank").round(1)
     table.columns = ["median (ms)", "shortest (ms)", "longest (ms)"]
     slow, fast = table["median (ms)"].idxmax(), table["median (ms)"].idxmin()
