@@ -29,7 +29,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .analysis import NCCL_KERNELS, collective_source, communication_overlap, gpu_idle_time
+from .analysis import (
+    NCCL_KERNELS,
+    collective_source,
+    collective_waits,
+    communication_overlap,
+    gpu_idle_time,
+)
 from .jobs.runs import REPO_ROOT, show_path
 from .traces import TraceError, load_run, trace_files
 
@@ -137,10 +143,11 @@ def check_traces(folder: str | Path) -> list[tuple[str, bool, str]]:
     launched = gpu[gpu["launch_us"].notna()]
     stepped = launched["step"].notna().mean() if len(launched) else 0.0
     found.append(("GPU events in their launch's step", stepped > 0.95, f"{stepped:.1%} of {len(launched)} launched"))  # fmt: skip
-    nccl = events["name"].astype(str).str.match(NCCL_KERNELS).any()
-    if nccl:
-        pattern, _ = collective_source(events)
-        found.append(("NCCL kernels read as the collectives", pattern == NCCL_KERNELS, pattern))
+    if collective_source(events)[0] == NCCL_KERNELS:
+        waits = collective_waits(events)
+        ranks = events["rank"].nunique()
+        matched = not waits.empty and waits["rank"].nunique() == ranks
+        found.append(("NCCL kernels read as the collectives", matched, f"{len(waits) // ranks} collectives matched on {ranks} rank(s)"))  # fmt: skip
         overlap = communication_overlap(events)
         found.append(("overlap computed", not overlap.empty, f"median {overlap['overlap'].median():.2f}" if not overlap.empty else "empty"))  # fmt: skip
     idle = gpu_idle_time(events)

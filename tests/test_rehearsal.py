@@ -7,10 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from conftest import REPO
-from helpers import script_from_lesson
+from helpers import rehearsal, script_from_lesson
 from helpers.rehearsal import (
     Result,
     Step,
@@ -93,6 +94,17 @@ def test_the_checks_pass_on_a_real_nccl_trace(real_traces):
     assert all(ok for ok, _ in checks.values()), checks
     assert {"GPU events in their launch's step", "NCCL kernels read as the collectives",
             "overlap computed", "idle time computed"} <= set(checks)  # fmt: skip
+
+
+def test_the_nccl_check_fails_when_the_collectives_are_not_matched_on_every_rank(
+    real_traces, monkeypatch
+):
+    one_rank_only = pd.DataFrame(
+        {"rank": [0, 0]}
+    )  # what collective_waits gives when rank 1's are lost
+    monkeypatch.setattr(rehearsal, "collective_waits", lambda events: one_rank_only)
+    checks = {name: ok for name, ok, _ in check_traces(real_traces / "hta" / "trace_filter")}
+    assert checks["NCCL kernels read as the collectives"] is False
 
 
 def test_the_checks_fail_on_a_trace_without_kernels(real_traces):
