@@ -135,16 +135,25 @@ def test_the_memory_plot_draws_one_line_per_rank_and_the_marks(with_memory, writ
     fig = plot_memory(two, marks={"backward starts": 0.15})
     ax = fig.axes[0]
     assert len(ax.get_lines()) == 3  # two ranks and one mark
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["rank 0", "rank 1"]
-    assert any("backward starts" in t.get_text() for t in ax.texts)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["rank 0", "rank 1", "backward starts"]
 
 
-def test_the_memory_plot_shades_spans_and_keeps_neighbouring_labels_apart(
+def test_the_memory_plot_draws_a_line_per_label_when_the_frame_names_them(
+    with_memory, write, tmp_path
+):
+    memory = memory_over_time(load_memory(write(tmp_path / "rank0.json", with_memory), "cpu"))
+    two = pd.concat([memory.assign(label="replicated"), memory.assign(label="sharded")])
+    legend = plot_memory(two).axes[0].get_legend().get_texts()
+    assert [t.get_text() for t in legend] == ["replicated", "sharded"]
+
+
+def test_the_memory_plot_names_each_shaded_span_in_the_legend_in_a_colour_of_its_own(
     with_memory, write, tmp_path
 ):
     memory = memory_over_time(load_memory(write(tmp_path / "rank0.json", with_memory), "cpu"))
     fig = plot_memory(memory, spans={"first": (0.0, 0.05), "second": (0.06, 0.1)})
     ax = fig.axes[0]
-    assert len(ax.patches) == 2
-    heights = {t.get_text().strip(): t.get_position()[1] for t in ax.texts}
-    assert heights["first"] != heights["second"]
+    assert len(ax.patches) == 2 and not ax.texts, "no label drawn over the curve"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "second"]
+    assert ax.patches[0].get_facecolor() != ax.patches[1].get_facecolor()

@@ -57,6 +57,7 @@ from . import (
 )
 from .common import Check
 from .hidden import anonymise_traces, launch_with_a_hidden_straggler, skew_a_node, slow_a_rank
+from .lesson11 import past_reports
 
 __all__ = [
     "check",
@@ -67,6 +68,7 @@ __all__ = [
     "MUST_PASS_ENV",
     "anonymise_traces",
     "launch_with_a_hidden_straggler",
+    "past_reports",
     "skew_a_node",
     "slow_a_rank",
 ]

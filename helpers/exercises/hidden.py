@@ -34,6 +34,7 @@ __all__ = [
     "HIDDEN_SKEW",
     "HIDDEN_STRAGGLER_EXPERIMENT",
     "STRAGGLER_DELAYS_MS",
+    "DELAY_TOLERANCE",
     "SLOW_DOWN_FILE",
     "anonymise_traces",
     "launch_with_a_hidden_straggler",
@@ -48,8 +49,14 @@ RENAMED_FILE = "renamed.json"
 HIDDEN_SKEW = "hidden skew (µs)"
 #: The experiment of every run of :func:`launch_with_a_hidden_straggler` (its folder's name).
 HIDDEN_STRAGGLER_EXPERIMENT = "hidden-straggler"
-#: The delays per batch a hidden straggler gets, in ms (one of them, at random).
-STRAGGLER_DELAYS_MS = (60, 80, 100, 120, 150)
+#: The delays per batch a hidden straggler gets, in ms (one of them, at random). Each is more than
+#: (1 + tolerance) / (1 - tolerance) times the one before (:data:`DELAY_TOLERANCE`), so that no
+#: single guess is right for more than one of them: a constant answer passes one run in five.
+STRAGGLER_DELAYS_MS = (60, 80, 110, 150, 200)
+#: How close a delay read from the traces must be: a tenth of the delay, or 5 ms. Read within the
+#: run (the straggler's data loading against the others', or the others' extra wait in the
+#: step's first collective) it comes within a few ms.
+DELAY_TOLERANCE = (0.10, 5.0)
 #: The file in a live job's folder that slows a rank down: {"rank": R, "ms": D} (lesson 9).
 SLOW_DOWN_FILE = "slow_down.json"
 
@@ -108,7 +115,7 @@ def judge_hidden_straggler(
     """The check of a hidden straggler (4.2 with ``train_ddp.py``, 10.2 with ``train_fsdp.py``):
     ``answer`` is ``{"straggler": rank, "delay_ms": ms}`` read from the traces of ``run``, a run
     of :func:`launch_with_a_hidden_straggler` with ``script`` (whose manifest keeps what was
-    chosen); the delay is right to within a quarter or 20 ms. ``how_to_launch`` is the call the
+    chosen); the delay is right to within :data:`DELAY_TOLERANCE`. ``how_to_launch`` is the call the
     hint shows. Returns (right, what to say)."""
     given = arguments(run) if is_run(run) else {}
     slow_rank, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
@@ -126,9 +133,9 @@ def judge_hidden_straggler(
             "everyone is already there when it arrives (find_straggler)"
         )
     said = number(answer["delay_ms"])
-    if said is not None and close(said * 1000, delay_ms, 0.25, 20):
+    if said is not None and close(said * 1000, delay_ms, *DELAY_TOLERANCE):
         return False, "the straggler is right; give the delay in ms, not seconds"
-    if said is None or not close(said, delay_ms, 0.25, 20):
+    if said is None or not close(said, delay_ms, *DELAY_TOLERANCE):
         return False, (
             "the straggler is right; the delay is off: read it within this run, e.g. its "
             "data-loading time per step against the others', or how much longer the other "

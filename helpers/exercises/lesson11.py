@@ -2,16 +2,19 @@
 ``solutions/11_solutions.ipynb``): a job of 3 ranks profiled on 2, one rank slowed at random
 (:func:`helpers.launch_with_a_hidden_straggler`), diagnosed from its report alone: the slowed
 rank, or ``"not profiled"`` when the report shows that the ranks profiled all wait for another;
-and the ranks to profile of a job of 4 machines of 8 GPUs, 6 at most."""
+and the ranks to profile of a job of 4 machines of 8 GPUs, 6 at most, worked out from what its
+last two runs' reports said (:func:`past_reports`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from .common import TRAIN_DDP_SCRIPT, Check, arguments, is_run, whole, whole_numbers
 from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "NOT_PROFILED"]
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "NOT_PROFILED", "past_reports"]
 
 SCRIPTS = (TRAIN_DDP_SCRIPT,)
 FLAGS = ("--profile-ranks", "--slow-rank")
@@ -61,14 +64,37 @@ def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
     )
 
 
-#: Exercise 11.2's job: machines, ranks per machine, how many ranks may be profiled, and the
-#: rank its last run's report named.
-MACHINES, PER_MACHINE, BUDGET, NAMED = 4, 8, 6, 13
+#: Exercise 11.2's job: machines, ranks per machine, how many ranks may be profiled this time.
+MACHINES, PER_MACHINE, BUDGET = 4, 8, 6
+#: What the reports of the job's last two runs said, each profiled on a few ranks: per run, its
+#: median step (ms) and each profiled rank's median waiting per step (ms). On Monday every rank
+#: profiled waited two fifths of a step and none stood out: the rank they waited for left no
+#: trace. On Tuesday rank 20 waited least by far: the straggler, or its machine (16-23), where
+#: Monday profiled no rank.
+_REPORTS = {
+    "monday": (482.0, {0: 205.1, 1: 201.7, 8: 198.4, 24: 202.9}),
+    "tuesday": (476.0, {0: 201.3, 12: 207.2, 20: 8.6, 28: 199.0}),
+}
+#: The rank Tuesday's report named as the straggler.
+_SUSPECT = 20
+
+
+def past_reports() -> pd.DataFrame:
+    """Exercise 11.2's history: what the reports of a job's last two runs said, one row per run
+    and rank profiled: ``run, rank, machine, median step (ms), median waiting per step (ms)``.
+    The job runs on 4 machines of 8 ranks each (ranks 0-7 on machine 0, 8-15 on machine 1...)."""
+    rows = [
+        {"run": run, "rank": rank, "machine": rank // PER_MACHINE, "median step (ms)": step,
+         "median waiting per step (ms)": waiting}  # fmt: skip
+        for run, (step, waits) in _REPORTS.items()
+        for rank, waiting in waits.items()
+    ]
+    return pd.DataFrame(rows)
 
 
 def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
-    """11.2: at most BUDGET ranks of MACHINES x PER_MACHINE: a rank on every machine, rank 0
-    and the rank the last run named."""
+    """11.2: at most BUDGET ranks of MACHINES x PER_MACHINE, planned from past_reports(): a rank
+    on every machine, rank 0, the rank Tuesday named and a neighbour of it on its machine."""
     world = MACHINES * PER_MACHINE
     ranks = whole_numbers(answer)
     if ranks is None or not ranks:
@@ -77,6 +103,19 @@ def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
         return False, f"ranks are 0 to {world - 1}, each once"
     if len(ranks) > BUDGET:
         return False, f"at most {BUDGET} ranks: every trace costs the job time and someone reading"
+    if _SUSPECT not in ranks:
+        return False, (
+            "past_reports() points at one rank: in one run a rank waits far less than every "
+            "other rank profiled, so the others wait for it. Profile it again"
+        )
+    machine = _SUSPECT // PER_MACHINE
+    if not any(r // PER_MACHINE == machine and r != _SUSPECT for r in ranks):
+        first = machine * PER_MACHINE
+        return False, (
+            f"is it rank {_SUSPECT}, or its whole machine (ranks {first}-{first + PER_MACHINE - 1})? "
+            "No run has profiled another rank of that machine: add a neighbour, and the next "
+            "report tells"
+        )
     bare = [m for m in range(MACHINES) if not any(r // PER_MACHINE == m for r in ranks)]
     if bare:
         first = bare[0] * PER_MACHINE
@@ -86,11 +125,9 @@ def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
         )
     if 0 not in ranks:
         return False, "rank 0 often does extra work (logging, checkpoints): profile it"
-    if NAMED not in ranks:
-        return False, f"the last run named rank {NAMED}: look at it again, in the same way"
     return True, (
-        f"{sorted(ranks)}: every machine, rank 0 and rank {NAMED}"
-        + (f", and {BUDGET - len(ranks)} left for a suspect" if len(ranks) < BUDGET else "")
+        f"{sorted(ranks)}: rank {_SUSPECT}, which Tuesday's report named, a neighbour on its "
+        "machine to tell a slow rank from a slow machine, every machine, and rank 0"
     )
 
 

@@ -32,6 +32,8 @@ __all__ = ["Section", "section_html"]
 RANKS_DRAWN = 64
 #: A straggler is named only when the others wait this share of a step more than it does.
 CLEAR_SHARE = 0.05
+#: A step-time figure turns to a log scale when its longest step is this many times a median.
+LOG_SCALE_FROM = 10
 #: The kinds that are work themselves (not spans around other work).
 WORK_KINDS = ("compute", "communication", "gpu kernel", "gpu memory", "cuda runtime", "python")
 
@@ -129,9 +131,19 @@ def step_section(times: pd.DataFrame | None) -> Section:
     ax.errorbar(shown.index.astype(str), shown["median (ms)"], fmt="none", ecolor="black",
                 yerr=[shown["median (ms)"] - shown["shortest (ms)"], shown["longest (ms)"] - shown["median (ms)"]])  # fmt: skip
     ax.set_xlabel("rank")
-    ax.set_ylabel("step (ms)")
+    far = float(shown["longest (ms)"].max()) > LOG_SCALE_FROM * float(shown["median (ms)"].min())
+    if far:  # one step far longer than the rest: on a linear axis the medians would vanish
+        ax.set_yscale("log")
+    ax.set_ylabel("step (ms, log scale)" if far else "step (ms)")
     ax.set_title("Median step time per rank (bars: shortest to longest)")
-    alt = f"A bar per rank of its median step time, all within {spread:.1%} of each other."
+    alt = (
+        f"A bar per rank of its median step time, the medians within {spread:.1%} of each other"
+        + (
+            f"; the longest step, {shown['longest (ms)'].max():.0f} ms, is drawn on a log scale."
+            if far
+            else "."
+        )
+    )
     return Section(title, text, table, _png(fig), alt)
 
 
@@ -186,25 +198,35 @@ def kinds_section(kinds: pd.DataFrame) -> Section:
         "runs while an op computes), so a row does not add up to the time covered."
     )
     shown = kinds.head(RANKS_DRAWN)
-    fig = Figure(figsize=(8, 0.6 + 0.22 * len(shown)))
+    fig = Figure(figsize=(8, 0.9 + 0.25 * len(shown)))
     ax = fig.subplots()
-    left = pd.Series(0.0, index=shown.index)
-    for column in shown.columns:
+    rows = range(len(shown))
+    for column in shown.columns:  # a dot per kind, not stacked bars: kinds overlap in time
         kind = column[: -len(" (ms)")]
-        ax.barh(
-            shown.index.astype(str),
-            shown[column],
-            left=left,
-            label=kind,
-            color=KIND_COLORS.get(kind),
-        )
-        left += shown[column]
-    ax.invert_yaxis()
-    ax.set_xlabel("ms")
+        ax.plot(shown[column], rows, "o", label=kind, color=KIND_COLORS.get(kind), alpha=0.85)
+    ax.set_yticks(list(rows), [str(r) for r in shown.index])
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.grid(axis="y", color="#eeeeee")
+    ax.set_xlim(0, None)
+    ax.set_xlabel("wall time (ms); kinds overlap, so a row's dots do not add up")
     ax.set_ylabel("rank")
+    ax.set_title("Wall time per kind of event, per rank")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    alt = f"A stacked bar per rank of its time per kind of event; {top} is the longest part."
+    longest = shown.idxmax(axis=1).str[: -len(" (ms)")]
+    said = "; ".join(
+        f"{kind} on rank{'s' if len(ranks) > 1 else ''} {_listed(ranks)}"
+        for kind, ranks in longest.groupby(longest).groups.items()
+    )
+    alt = f"A row per rank with a dot per kind of event at its wall time. The longest: {said}."
     return Section(title, text, kinds.rename_axis("rank"), _png(fig), alt)
+
+
+def _listed(ranks) -> str:
+    """Ranks as words: ``0``, ``0 and 3``, ``0, 1 and 3``, or the first five and how many more."""
+    ranks = [str(r) for r in ranks]
+    if len(ranks) > 5:
+        return f"{', '.join(ranks[:5])} and {len(ranks) - 5} more"
+    return ranks[0] if len(ranks) == 1 else f"{', '.join(ranks[:-1])} and {ranks[-1]}"
 
 
 def gpu_section(events: pd.DataFrame) -> Section:
