@@ -16,6 +16,9 @@ from what the trace holds.
 - ``rpc``: the node of each event of an RPC trace, the calls and the remote work they caused
   (and whether each call encloses it), parallel lanes.
 - ``overhead``: what profiling costs a training step.
+- ``lanes``, ``critical_path``, ``replay``: what held each step (the chain of work across the
+  ranks that decided when it ended) and what shortening some of it would buy (a what-if, by
+  re-timing the dependencies read in the traces).
 """
 
 from .clocks import clock_offsets, shift_ranks
@@ -31,12 +34,14 @@ from .collectives import (
     matched_collectives,
     waiting_per_step,
 )
+from .critical_path import critical_path, path_summary
 from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind, event_names, name_matches
 from .memory import memory_over_time, memory_peaks
 from .overhead import profiling_cost
+from .replay import replay_error, replay_step_times, what_if
 from .rpc import by_rpc_node, enclosure, max_parallel_lanes, rpc_calls
 from .steps import step_times, time_by_source_line, time_per_kind, top_ops
 
@@ -77,4 +82,9 @@ __all__ = [
     "enclosure",
     "max_parallel_lanes",
     "profiling_cost",
+    "critical_path",
+    "path_summary",
+    "what_if",
+    "replay_error",
+    "replay_step_times",
 ]

@@ -4,6 +4,8 @@
 - ``timeline``: :func:`plot_rank_timeline`, one row per rank (lanes per thread or GPU stream,
   ranks grouped by node) on one time axis; :func:`plot_timelines`, several of them one above
   the other on equal spans; :func:`step_window`, the time span of a step.
+- ``critical_path``: :func:`plot_critical_path`, one step's timelines with the chain of work
+  that decided when it ended drawn across the ranks.
 - ``fsdp``: :func:`plot_fsdp_phases`, a sharded step by phase, one row per unit and rank.
 - ``gpu``: :func:`plot_launch_lag`, each step's CPU time above the GPU work it launched.
 - ``memory``: :func:`plot_memory`, memory in use over time, one line per rank.
@@ -12,6 +14,7 @@
   called them, side by side (a hung job's Flight Recorder dumps).
 """
 
+from .critical_path import plot_critical_path
 from .fsdp import PHASE_COLORS, plot_fsdp_phases
 from .gpu import plot_launch_lag
 from .memory import plot_memory
@@ -28,6 +31,7 @@ from .timeline import (
 __all__ = [
     "plot_rank_timeline",
     "plot_timelines",
+    "plot_critical_path",
     "plot_launch_lag",
     "plot_fsdp_phases",
     "PHASE_COLORS",

@@ -1,0 +1,174 @@
+"""What held each step: the chain of work, across the ranks, that decided when each step ended.
+
+:func:`critical_path` walks each step backwards in time, from the moment its last rank ended it
+to the moment its first rank began it, along the lanes of :func:`.lanes.lane_intervals`:
+
+- on a thread doing work of its own (an op, a data loader's fetch, the optimizer, untraced
+  time between events), that work held the thread: the path takes it and goes on before it;
+- a thread that waited (a gap or a bare annotation that ended when something on another lane
+  of its rank ended: gloo's thread finishing a collective, the autograd thread's last op, a GPU
+  kernel for a CUDA synchronisation) was held by what it waited for: the path moves there
+  (``wake-up``: the few µs between);
+- a collective matched on every rank ends when the last rank has arrived, plus its transfer: the
+  path takes the transfer and moves to the rank that arrived **last** (arrival, not duration:
+  a collective makes every rank's end the same), at its arrival;
+- on a worker lane (a GPU stream, gloo's collective thread), the gap before an event leads to
+  what issued it (``launch``: the kernel's launch call, found by its correlation, or gloo's
+  ``c10d::`` call), unless the lane was still busy with its previous event (``queue``);
+- GPU work issued by the CPU and CUDA synchronisation are read the same way: a kernel's start
+  leads to its launch, a synchronisation's end to the kernel that ended it, an NCCL kernel's end
+  to the rank whose kernel started last.
+
+The segments of one step tile its wall time (from the earliest rank's start to the latest
+rank's end) without gaps or overlaps; where the path reaches a rank's step start before that,
+it goes on into the rank's previous step (what made that rank start late). Ranks are compared
+on one time axis: ranks of one machine share a clock; across machines, correct the offsets first
+(:func:`helpers.clock_offsets`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .kinds import event_names
+from .lanes import Lanes, lane_intervals
+
+__all__ = ["critical_path", "path_summary", "path_of"]
+
+_COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank"]  # fmt: skip
+
+
+def critical_path(events: pd.DataFrame) -> pd.DataFrame:
+    """For every step of ``events`` (``load_run(...).events``), the chain of work that decided
+    when the step ended, one row per segment, in time order:
+
+    ``step, rank, lane, name, kind, start_us, end_us, dur_us``: where the path was and what it
+    was doing; ``reason``: ``work`` (an event's own time), ``untraced`` (time on a thread with
+    no event: Python between ops, a sleep, an input pipeline), ``transfer`` (a collective after
+    its last rank arrived; ``rank`` is that last rank), ``launch`` (an issued GPU kernel or gloo
+    collective not started yet), ``queue`` (a worker lane busy with earlier work), ``wake-up``
+    (a thread resuming after what it waited for); ``to_rank``: where the path goes on after a
+    transfer when that is another rank (else ``<NA>``).
+
+    The rules are in the module's docstring. Raises ValueError without profiler steps."""
+    return path_of(lane_intervals(events), events)
+
+
+def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
+    """:func:`critical_path` from lanes already cut (:func:`.lanes.lane_intervals`)."""
+    walker = _Walker(lanes)
+    rows = [row for step in sorted(lanes.steps["step"].unique()) for row in walker.step(int(step))]
+    raw = pd.DataFrame(rows, columns=["step", "lane_id", "label", "start_us", "end_us", "reason", "to_rank"])  # fmt: skip
+    table = lanes.lanes
+    lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
+    pos = events.index.get_indexer(raw["label"].to_numpy())
+    known = pos >= 0
+    names = np.where(known, event_names(events).to_numpy()[np.maximum(pos, 0)], "(untraced)")
+    kinds = np.where(known, events["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], "untraced")
+    reason = raw["reason"].to_numpy()
+    kinds = np.where(reason == "transfer", "communication", kinds)
+    kinds = np.where(np.isin(reason, ["launch", "wake-up", "queue"]), reason, kinds)
+    path = pd.DataFrame(
+        {
+            "step": raw["step"].astype(int),
+            "rank": table["rank"].to_numpy()[lane_id].astype(int) if len(raw) else [],
+            "lane": table["lane"].to_numpy()[lane_id].astype(str) if len(raw) else [],
+            "name": names,
+            "kind": kinds,
+            "start_us": raw["start_us"],
+            "end_us": raw["end_us"],
+            "dur_us": raw["end_us"] - raw["start_us"],
+            "reason": reason,
+            "to_rank": raw["to_rank"].astype("Int64"),
+        }
+    )
+    return path[_COLUMNS]
+
+
+class _Walker:
+    """Walks the lanes backwards, one step at a time (see the module)."""
+
+    def __init__(self, lanes: Lanes):
+        self.lanes, iv = lanes, lanes.intervals
+        lane_ids = iv["lane_id"].to_numpy()
+        self.first = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="left")
+        self.past = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="right")
+        self.starts, self.ends = iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
+        self.label, self.rank = iv["event"].to_numpy(), iv["rank"].to_numpy()
+        self.rule, self.after = iv["rule"].to_numpy(), iv["after"].to_numpy()
+        self.lane_of = lane_ids
+        main = lanes.lanes[lanes.lanes["main"]]
+        self.main = {int(r): int(i) for i, r in zip(main.index, main["rank"])}
+
+    def row_at(self, lane: int, t: float) -> int:
+        """The interval of ``lane`` that holds the moment just before ``t`` (-1: none)."""
+        lo, hi = self.first[lane], self.past[lane]
+        i = lo + np.searchsorted(self.starts[lo:hi], t, side="left") - 1
+        return int(i) if i >= lo else -1
+
+    def step(self, step: int) -> list[tuple]:
+        """The path of one step, in time order: ``(step, lane_id, label, start, end, reason,
+        to_rank)`` per segment."""
+        mine = self.lanes.steps[self.lanes.steps["step"] == step]
+        lo, hi = float(mine["start_us"].min()), float(mine["end_us"].max())
+        lane, t = self.main[int(mine.loc[mine["end_us"].idxmax(), "rank"])], hi
+        rows: list[tuple] = []
+        seen: set[tuple[int, float]] = set()
+        while t > lo:
+            row = self.row_at(lane, t)
+            stuck = (lane, t) in seen
+            seen.add((lane, t))
+            if row < 0 or self.ends[row] < t:  # nothing recorded on this lane until t
+                start = self.ends[row] if row >= 0 else lo
+                rows.append((step, lane, -1, max(start, lo), t, "untraced", None))
+                if row < 0:
+                    break
+                t = start
+                continue
+            lane, t = self.take(step, row, t, lo, rows, stuck)
+        return rows[::-1]
+
+    def take(self, step: int, row: int, t: float, lo: float, rows: list, stuck: bool):
+        """Add what held ``row``'s lane until ``t``; return where the walk goes on."""
+        lane, start = self.lane_of[row], self.starts[row]
+        rule, after, label = self.rule[row], self.after[row], self.label[row]
+        if stuck or rule in ("work", "queued"):
+            reason = "queue" if rule == "queued" else "work" if label >= 0 else "untraced"
+            rows.append((step, lane, label, max(start, lo), t, reason, None))
+            return lane, start
+        if rule in ("wait", "issued"):
+            there = self.ends[after]
+            if there < t:
+                if rule == "issued" and row + 1 < len(self.label):
+                    label = self.label[row + 1]  # the launch of what starts after the gap
+                reason = "wake-up" if rule == "wait" else "launch"
+                rows.append((step, lane, label, max(there, lo), t, reason, None))
+            return self.lane_of[after], min(there, t)
+        # a collective: its transfer, from the last arrival on, then that rank's way to it
+        arrivals = self.lanes.arrivals[self.lanes.instance[row]]
+        last = max(arrivals, key=lambda r: self.starts[r])
+        begin = min(max(self.starts[last], start), t)
+        moves = last != row and begin > start
+        here = last if moves else row
+        to_rank = int(self.rank[row]) if moves else None
+        rows.append((step, self.lane_of[here], label, max(begin, lo), t, "transfer", to_rank))
+        return (self.lane_of[last], begin) if moves else (lane, begin)
+
+
+def path_summary(path: pd.DataFrame, by: list[str] | str = "kind") -> pd.DataFrame:
+    """Time on the critical path per ``rank`` and ``by`` (``"kind"``, ``"name"``, or a list of
+    columns of the path), heaviest first: ``ms`` over all steps, ``ms_per_step`` (the median over
+    steps, a step without it counting 0) and ``share`` of the path's time."""
+    by = [by] if isinstance(by, str) else list(by)
+    keys = ["rank", *[b for b in by if b != "rank"]]
+    per_step = path.groupby([*keys, "step"], observed=True)["dur_us"].sum() / 1e3
+    per_step = per_step.unstack("step", fill_value=0.0)
+    table = pd.DataFrame(
+        {
+            "ms": per_step.sum(axis=1),
+            "ms_per_step": per_step.median(axis=1),
+            "share": per_step.sum(axis=1) / (path["dur_us"].sum() / 1e3),
+        }
+    )
+    return table.sort_values("ms", ascending=False).reset_index()

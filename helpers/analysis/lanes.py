@@ -1,0 +1,350 @@
+"""Every lane of a run cut into intervals, and what each interval waited for: the ground under the
+critical path (:mod:`.critical_path`) and the what-if replay (:mod:`.replay`).
+
+A lane (a CPU thread, a GPU stream) does one thing at a time. :func:`lane_intervals` cuts each
+lane into consecutive intervals, each labelled with the innermost event that covers it (a
+convolution inside ``aten::conv2d`` inside a module's annotation: the convolution), or with no
+event: a gap. A collective matched on every rank (:func:`helpers.collective_waits`) is one
+interval, whatever ran inside it (gloo's copies and additions). Each interval gets the rule that
+decides when it ends:
+
+- ``work``: an event's own time (its time less the events inside it); a stretch of an annotation
+  with nothing under it, a CUDA synchronisation or a gap that nothing is found to have ended
+  (untraced time: Python between ops, a sleep, a slow input pipeline). It lasts as long as it did.
+- ``wait``: on a CPU thread, a gap, an annotation with nothing under it, or a CUDA
+  synchronisation call that ended when something on another lane of the same rank ended: its
+  *waker* (``after``), the event that ended closest to the interval's end within
+  :data:`WAKE_TOLERANCE_US` (a collective on gloo's thread, the autograd thread's op, a kernel).
+- ``issued``: on a worker lane (a GPU stream, or a thread that runs only gloo's collectives), the
+  gap before an event that started once its *issuer* on a CPU thread had issued it: a kernel's
+  launch (the CUDA runtime call that started at its ``launch_us``), a gloo collective's latest
+  ``c10d::`` call.
+- ``queued``: a worker lane's gap before an event issued earlier: the lane's previous event held it.
+- ``collective``: a matched collective on one rank: it ends when the last rank has arrived, plus
+  the collective's transfer (its shortest duration across ranks).
+
+Only what lies within each rank's recorded steps is kept, and a rank's step boundaries cut the
+intervals of the lane of its steps (its *main* lane).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .collectives import _waits
+from .intervals import merge_intervals
+from .kinds import event_names, name_matches
+
+__all__ = ["Lanes", "lane_intervals", "WAKE_TOLERANCE_US", "SYNC_CALLS"]
+
+#: How close to a waiting interval's end its waker must end (µs, either side): a thread resumes
+#: microseconds after what it waited for, a few ms on a crowded CPU, and gloo's thread may close
+#: a collective's span a little after the thread waiting for it has gone on (no later than the
+#: wait lasted).
+WAKE_TOLERANCE_US = 3000.0
+#: CUDA runtime calls that block the CPU until the GPU has done something.
+SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy$"
+_SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
+_GPU_KINDS = ("gpu kernel", "gpu memory")
+
+
+@dataclass
+class Lanes:
+    """A run's lanes cut into intervals.
+
+    ``intervals``: one row each, sorted by lane then time: ``lane_id, rank, start_us, end_us,
+    event`` (the row label in ``events`` of the innermost event, -1 for a gap), ``rule`` (see
+    the module) and ``after`` (the row of the interval whose end it waits for: waker, issuer, or
+    the previous interval of a queued lane; -1 when none). ``lanes``: one row per lane_id,
+    ``rank, lane, worker, gpu, main``. ``instance``: interval row -> collective instance number;
+    ``arrivals``: instance -> its interval rows, one per rank; ``transfer_us``: instance -> its
+    shortest duration. ``steps``: each rank's steps (``rank, step, start_us, end_us``)."""
+
+    intervals: pd.DataFrame
+    lanes: pd.DataFrame
+    steps: pd.DataFrame
+    instance: dict[int, int] = field(default_factory=dict)
+    arrivals: dict[int, list[int]] = field(default_factory=dict)
+    transfer_us: dict[int, float] = field(default_factory=dict)
+
+
+def lane_intervals(events: pd.DataFrame) -> Lanes:
+    """Every lane of ``events`` (``load_run(...).events``) cut into intervals, each with the rule
+    that ends it (see the module). Raises ValueError without ``ProfilerStep#N`` events."""
+    steps = events[(events["kind"] == "step").to_numpy()].dropna(subset=["step"])
+    if steps.empty:
+        raise ValueError(
+            "no ProfilerStep#N events: the critical path is found step by step; profile with "
+            "a schedule (torch.profiler.schedule) and call prof.step() after each step"
+        )
+    window = steps.groupby("rank", observed=True).agg(lo=("start_us", "min"), hi=("end_us", "max"))
+    ev = events[~events["kind"].isin(_SKIPPED).to_numpy()].join(window, on="rank", how="inner")
+    ev = ev[(ev["end_us"] > ev["lo"]).to_numpy() & (ev["start_us"] < ev["hi"]).to_numpy()]
+    lanes = _lane_table(ev, steps)
+    matched = _waits(events, None) if events["rank"].nunique() > 1 else events.iloc[:0]
+    matched = matched[matched.index.isin(ev.index)]
+    cuts = {r: np.unique(g[["start_us", "end_us"]].to_numpy()) for r, g in steps.groupby("rank")}
+    parts = []
+    by_lane = dict(list(ev.groupby(["rank", "lane"], observed=True, sort=False)))
+    for lane_id, (rank, lane, main) in enumerate(zip(lanes["rank"], lanes["lane"], lanes["main"])):
+        mine = by_lane.get((rank, lane), ev.iloc[:0])
+        spans = matched[(matched["rank"] == rank).to_numpy() & (matched["lane"] == lane).to_numpy()]
+        part = _flatten(mine, spans.index, window.at[rank, "lo"], window.at[rank, "hi"])
+        if main:
+            part = _cut(part, cuts[rank])
+        parts.append(part.assign(lane_id=lane_id, rank=rank))
+    intervals = pd.concat(parts).sort_values(["lane_id", "start_us"], kind="stable")
+    result = Lanes(
+        intervals.reset_index(drop=True), lanes, steps[["rank", "step", "start_us", "end_us"]]
+    )
+    _link_collectives(result, matched)
+    _set_rules(result, ev)
+    return result
+
+
+def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, lane): a worker lane (only GPU events, or only gloo's collectives and
+    what runs inside them), a GPU lane, the lane of the rank's steps (which may hold no other
+    event)."""
+    main = steps.groupby("rank", observed=True)["lane"].first()
+    collective = event_names(ev).str.match(r"^(?:gloo|mpi):").to_numpy()
+    rows = []
+    for (rank, lane), mine in ev.groupby(["rank", "lane"], observed=True, sort=True):
+        gpu = bool(mine["kind"].isin(_GPU_KINDS).all())
+        spans = mine[collective[ev.index.get_indexer(mine.index)]]
+        rows.append((rank, str(lane), gpu or _inside(mine, spans), gpu))
+    for rank, lane in main.items():
+        if (rank, str(lane)) not in {(r, lane_) for r, lane_, _, _ in rows}:
+            rows.append((rank, str(lane), False, False))
+    table = pd.DataFrame(rows, columns=["rank", "lane", "worker", "gpu"])
+    table = table.sort_values(["rank", "lane"], ignore_index=True)
+    table["main"] = [str(main.get(r)) == lane for r, lane in zip(table["rank"], table["lane"])]
+    return table
+
+
+def _inside(events: pd.DataFrame, spans: pd.DataFrame) -> bool:
+    """Whether ``spans`` is not empty and every one of ``events`` lies within one of them."""
+    if spans.empty:
+        return False
+    starts, ends = merge_intervals(spans["start_us"], spans["end_us"])
+    at = np.searchsorted(starts, events["start_us"].to_numpy(), side="right") - 1
+    return bool((at >= 0).all() and (events["end_us"].to_numpy() <= ends[np.maximum(at, 0)]).all())
+
+
+def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> pd.DataFrame:
+    """One lane's time, from its rank's first step's start (``begin``) or its first event,
+    whichever is earlier, to its rank's last step's end (``finish``) or its last event's end,
+    whichever is later, cut into intervals labelled by the innermost event covering each (-1:
+    a gap). The events in ``whole`` (collectives) stay one interval each: nothing
+    inside them is looked at."""
+    inside = np.zeros(len(ev), dtype=bool)
+    for label in whole:
+        s, e = ev.at[label, "start_us"], ev.at[label, "end_us"]
+        inside |= (ev["start_us"].to_numpy() >= s) & (ev["end_us"].to_numpy() <= e)
+        inside[ev.index.get_loc(label)] = False
+    ev = ev[~inside]
+    if ev.empty:  # a lane with nothing but its steps
+        return pd.DataFrame({"start_us": [begin], "end_us": [finish], "event": [-1]})
+    order = np.lexsort((-ev["end_us"].to_numpy(), ev["start_us"].to_numpy()))
+    starts, ends = ev["start_us"].to_numpy()[order], ev["end_us"].to_numpy()[order]
+    labels = ev.index.to_numpy()[order]
+    out_s: list[float] = []
+    out_e: list[float] = []
+    out_l: list[int] = []
+    stack: list[int] = []
+    cursor = float(min(starts[0], begin))
+
+    def advance(to: float) -> None:
+        nonlocal cursor
+        while cursor < to:
+            while stack and ends[stack[-1]] <= cursor:
+                stack.pop()
+            stop = min(to, ends[stack[-1]]) if stack else to
+            label = int(labels[stack[-1]]) if stack else -1
+            if out_l and out_l[-1] == label and out_e[-1] == cursor:
+                out_e[-1] = stop
+            else:
+                out_s.append(cursor)
+                out_e.append(stop)
+                out_l.append(label)
+            cursor = stop
+
+    for i in range(len(starts)):
+        advance(starts[i])
+        stack.append(i)
+    advance(float(max(ends.max(), finish)))
+    return pd.DataFrame({"start_us": out_s, "end_us": out_e, "event": out_l})
+
+
+def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
+    """``frame``'s intervals, each split at the ``cuts`` that fall strictly inside it."""
+    starts, ends = frame["start_us"].to_numpy(), frame["end_us"].to_numpy()
+    first = np.searchsorted(cuts, starts, side="right")
+    last = np.searchsorted(cuts, ends, side="left")
+    if (last <= first).all():
+        return frame
+    rows = []
+    for s, e, label, a, b in zip(starts, ends, frame["event"], first, last):
+        bounds = [s, *cuts[a:b], e]
+        rows += [(x, y, label) for x, y in zip(bounds[:-1], bounds[1:])]
+    return pd.DataFrame(rows, columns=["start_us", "end_us", "event"])
+
+
+def _link_collectives(lanes: Lanes, matched: pd.DataFrame) -> None:
+    """Number the matched collectives' instances and find each one's interval on every rank."""
+    if matched.empty:
+        return
+    iv = lanes.intervals
+    labelled = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event")
+    row_of = dict(zip(labelled["event"].to_numpy(), labelled.index.to_numpy()))
+    for number, (_, group) in enumerate(matched.groupby(["key", "index"], sort=False)):
+        rows = [int(row_of[e]) for e in group.index if e in row_of]
+        if len(rows) < 2:
+            continue
+        lanes.arrivals[number] = rows
+        lanes.transfer_us[number] = float(group["dur_us"].min())
+        lanes.instance.update(dict.fromkeys(rows, number))
+
+
+def _set_rules(lanes: Lanes, ev: pd.DataFrame) -> None:
+    """The rule of every interval and the interval it waits for (``after``)."""
+    iv = lanes.intervals
+    label = iv["event"].to_numpy()
+    pos = ev.index.get_indexer(label)
+    has = pos >= 0
+    kind = np.where(has, ev["kind"].astype(str).to_numpy()[pos], "")
+    sync = np.where(has, name_matches(ev, SYNC_CALLS)[pos], False)
+    lane_of = iv["lane_id"].to_numpy()
+    worker = lanes.lanes["worker"].to_numpy()[lane_of]
+    rule = np.where(has, "work", "wait").astype(object)
+    rule[(kind == "annotation") | sync] = "wait"
+    after = np.full(len(iv), -1, dtype=np.int64)
+    ends = _event_ends(iv, ev, lanes.lanes["gpu"].to_numpy())
+    issuers = _issuers(ev, iv)
+    arrays = _Arrays.of(iv)
+    main = {
+        r: i for i, r in zip(lanes.lanes.index, lanes.lanes["rank"]) if lanes.lanes.at[i, "main"]
+    }
+    issuers = _main_lane_issuers(arrays, worker, main, issuers)
+    for row in np.flatnonzero(rule == "wait"):
+        if worker[row]:
+            rule[row], after[row] = _worker_gap(arrays, row, issuers)
+        else:
+            waker = _waker(arrays, row, ends, gpu_only=bool(sync[row]))
+            rule[row], after[row] = ("wait", waker) if waker >= 0 else ("work", -1)
+    rule[list(lanes.instance)] = "collective"
+    iv["rule"], iv["after"] = rule, after
+
+
+def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
+    """Per rank, each event's last interval (where the event ends), sorted by its end:
+    ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start)``."""
+    last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
+    last = last.assign(began=ev["start_us"].reindex(last["event"].to_numpy()).to_numpy())
+    return {
+        rank: (
+            g["end_us"].to_numpy(),
+            g.index.to_numpy(),
+            g["lane_id"].to_numpy(),
+            gpu_lane[g["lane_id"].to_numpy()],
+            g["began"].to_numpy(),
+        )  # fmt: skip
+        for rank, g in last.sort_values("end_us").groupby("rank")
+    }
+
+
+def _waker(iv: _Arrays, row: int, ends: dict, gpu_only: bool) -> int:
+    """The interval on another lane of ``row``'s rank whose event ended closest to ``row``'s end:
+    after ``row`` began, at most the tolerance before its end, and at most the tolerance or
+    ``row``'s own length after it (a span closed late), of an event that began before ``row``
+    ended (-1: none)."""
+    rank, lane, start, end = iv.rank[row], iv.lane[row], iv.start[row], iv.end[row]
+    if rank not in ends:
+        return -1
+    times, rows, lanes, gpu, began = ends[rank]
+    lo = np.searchsorted(times, max(start, end - WAKE_TOLERANCE_US), side="right")
+    hi = np.searchsorted(times, end + min(WAKE_TOLERANCE_US, end - start), side="right")
+    ok = (lanes[lo:hi] != lane) & (began[lo:hi] < end) & (gpu[lo:hi] if gpu_only else True)
+    if not ok.any():
+        return -1
+    distance = np.abs(times[lo:hi] - end) + np.where(times[lo:hi] > end, 0.5, 0.0)
+    return int(rows[lo:hi][ok][np.argmin(distance[ok])])
+
+
+def _issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
+    """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
+    CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
+    call that began before it on its rank (the row of the issuer's last interval)."""
+    last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
+    row_of = dict(zip(last["event"].to_numpy(), last.index.to_numpy()))
+    found: dict[int, int] = {}
+    runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
+    launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
+    gpu = ev[ev["kind"].isin(_GPU_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
+    for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
+        issuer = launch.get((rank, at))
+        if issuer in row_of:
+            found[label] = row_of[issuer]
+    names = event_names(ev)
+    calls = ev[names.str.match(r"^c10d::").to_numpy()]
+    spans = ev[names.str.match(r"^(?:gloo|mpi):").to_numpy()]
+    for rank, mine in spans.groupby("rank"):
+        theirs = calls[(calls["rank"] == rank).to_numpy()].sort_values("start_us")
+        at = np.searchsorted(theirs["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right")
+        for label, i in zip(mine.index, at):
+            if i > 0 and theirs.index[i - 1] in row_of:
+                found[label] = row_of[theirs.index[i - 1]]
+    return found
+
+
+def _main_lane_issuers(
+    iv: _Arrays, worker: np.ndarray, main: dict, issuers: dict[int, int]
+) -> dict[int, int]:
+    """``issuers`` completed for the worker lanes' events whose issuer is not in the trace (a
+    gloo span with no ``c10d::`` call, a kernel with no launch): the interval of their rank's
+    main lane that held the moment they started, where the issue must have come from."""
+    found = dict(issuers)
+    starts = iv.start
+    for row in np.flatnonzero(worker & (iv.event >= 0)):
+        label = int(iv.event[row])
+        lane = main.get(iv.rank[row])
+        if label in found or lane is None:
+            continue
+        mine = np.flatnonzero(iv.lane == lane)
+        at = np.searchsorted(starts[mine], starts[row], side="left") - 1
+        if at >= 0:
+            found[label] = int(mine[at])
+    return found
+
+
+def _worker_gap(iv: _Arrays, row: int, issuers: dict[int, int]) -> tuple[str, int]:
+    """A worker lane's gap: ``issued`` by the next event's issuer, or ``queued`` behind the
+    lane's previous event when the issuer had finished before the gap began; ``work`` (the
+    lane's own idle time) when no issuer is found."""
+    nxt = row + 1
+    if nxt >= len(iv.lane) or iv.lane[nxt] != iv.lane[row]:
+        return "work", -1
+    issuer = issuers.get(int(iv.event[nxt]))
+    if issuer is None:
+        return "work", -1
+    if iv.end[issuer] <= iv.start[row]:
+        return "queued", row - 1
+    return "issued", issuer
+
+
+@dataclass
+class _Arrays:
+    """The intervals' columns as arrays, for the loops that look at them one by one."""
+
+    rank: np.ndarray
+    lane: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    event: np.ndarray
+
+    @classmethod
+    def of(cls, iv: pd.DataFrame) -> _Arrays:
+        return cls(*(iv[c].to_numpy() for c in ("rank", "lane_id", "start_us", "end_us", "event")))

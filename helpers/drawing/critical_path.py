@@ -1,0 +1,90 @@
+"""One step's per-rank timelines with its critical path drawn across the ranks: what the
+timelines mean, in one picture."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib import patheffects
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ..analysis.kinds import KIND_NAMES
+from .timeline import _rows, plot_rank_timeline
+
+__all__ = ["plot_critical_path"]
+
+PATH_COLOUR = "#000000"
+#: Segments that are the path's own time on a lane (work, transfer) are solid; those where a
+#: lane waits to be started or woken (launch, queue, wake-up, untraced) are dotted when they
+#: last at least this share of the step (shorter ones are drawn as part of the line).
+_DOTTED = ("untraced", "launch", "queue", "wake-up")
+DOTTED_FROM = 0.01
+
+
+def _strokes(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, dotted: np.ndarray) -> list[tuple]:
+    """The segments joined into strokes: consecutive segments on one lane in one style become
+    one line ``(start, end, y, style)``, so that gaps of a few µs between ops do not break it."""
+    strokes: list[list] = []
+    for a, b, height, dots in zip(x0, x1, y, dotted):
+        style = ":" if dots else "-"
+        if strokes and strokes[-1][2] == height and strokes[-1][3] == style and strokes[-1][1] >= a:
+            strokes[-1][1] = b
+        else:
+            strokes.append([a, b, height, style])
+    return [tuple(s) for s in strokes]
+
+
+def plot_critical_path(
+    events: pd.DataFrame,
+    path: pd.DataFrame,
+    step: int,
+    *,
+    title: str | None = None,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """``ProfilerStep#step`` of every rank, a lane per thread or GPU stream
+    (:func:`plot_rank_timeline`), with the step's critical path (:func:`helpers.critical_path`)
+    drawn over it: a thick black line under each lane while the path is on it (dotted where the
+    lane waited to be started or woken, or had no event, for a hundredth of the step or more),
+    joined where it moves between lanes,
+    and a white-edged diamond where it moves to another rank. Returns the figure."""
+    mine = path[path["step"] == step].sort_values("start_us")
+    if mine.empty:
+        raise ValueError(f"step={step}: the path has no segment in that step; its steps: {sorted(path['step'].unique())}")  # fmt: skip
+    fig = plot_rank_timeline(events, step=step, lanes=True, ax=ax, title=title)
+    ax = fig.axes[0]
+    drawable = events[events["kind"].isin([k for k in KIND_NAMES if k != "other"])]
+    rows = _rows(events, drawable, True, None, "rank")[0]
+    origin = float((events["start_us"] - events["rel_us"]).iloc[0])
+    x0 = (mine["start_us"].to_numpy() - origin) / 1e3
+    x1 = (mine["end_us"].to_numpy() - origin) / 1e3
+    y = np.array([rows.get((r, lane), np.nan) for r, lane in zip(mine["rank"], mine["lane"])])
+    y = y + 0.92  # just under the lane's bars, in the gap before the next lane
+    outline = [patheffects.withStroke(linewidth=5, foreground="white")]
+    visible = DOTTED_FROM * (x1.max() - x0.min())
+    dotted = mine["reason"].isin(_DOTTED).to_numpy() & (x1 - x0 > visible)
+    for a, b, height, style in _strokes(x0, x1, y, dotted):
+        ax.plot([a, b], [height, height], style, color=PATH_COLOUR, linewidth=3,
+                path_effects=outline, solid_capstyle="butt", zorder=5)  # fmt: skip
+    ranks = mine["rank"].to_numpy()
+    for i in range(1, len(mine)):
+        if y[i] != y[i - 1] and not np.isnan(y[i] + y[i - 1]):
+            ax.plot([x1[i - 1], x0[i]], [y[i - 1], y[i]], color=PATH_COLOUR, linewidth=1.2,
+                    path_effects=outline, zorder=5)  # fmt: skip
+        if ranks[i] != ranks[i - 1]:
+            ax.plot([x0[i]], [y[i]], marker="D", markersize=7, color=PATH_COLOUR,
+                    markeredgecolor="white", zorder=6)  # fmt: skip
+    handles, labels = ax.get_legend_handles_labels()
+    legend = ax.get_legend()
+    kinds = [(h, t.get_text()) for h, t in zip(legend.legend_handles, legend.get_texts())]
+    extra = [
+        (Line2D([], [], color=PATH_COLOUR, linewidth=2.2), "critical path"),
+        (Line2D([], [], color=PATH_COLOUR, linewidth=2.2, linestyle=":"), "path: waiting to start"),
+        (Line2D([], [], color=PATH_COLOUR, marker="D", linestyle="", markeredgecolor="white"), "path changes rank"),
+    ]  # fmt: skip
+    items = kinds + extra
+    ax.legend([h for h, _ in items], [t for _, t in items], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)  # fmt: skip
+    return fig

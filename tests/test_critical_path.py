@@ -1,0 +1,229 @@
+"""The critical path across ranks and the what-if replay (helpers/analysis/critical_path.py,
+replay.py): paths computed by hand on small traces, then on every recording of the series and on
+the real traces of ../shared, where each step's path must tile its wall time."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from helpers import critical_path, path_summary, replay_error, what_if
+from helpers.traces import load_run, load_trace
+
+GPU_TRACES = [
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+]
+
+
+def X(name, tid, ts, dur, cat="cpu_op", **args):  # noqa: N802 (a trace's own word)
+    event = {"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": tid, "ts": ts, "dur": dur}
+    return {**event, "args": args} if args else event
+
+
+def step(ts, dur, number=1):
+    return X(f"ProfilerStep#{number}", 1, ts, dur, cat="user_annotation")
+
+
+def gloo(name, ts, dur, tid=2):
+    return X(f"gloo:{name}", tid, ts, dur, cat="user_annotation")
+
+
+def run_of(tmp_path, write, kineto, ranks: dict[int, list[dict]]) -> pd.DataFrame:
+    """The events of a run whose rank r's trace holds ``ranks[r]`` (times in µs)."""
+    for rank, events in ranks.items():
+        doc = kineto(rank, world=len(ranks))
+        doc["traceEvents"] = events
+        write(tmp_path / f"rank{rank}.json", doc)
+    return load_run(tmp_path, cache=False).events
+
+
+def segments(path: pd.DataFrame) -> list[tuple]:
+    """The path as ``(rank, name, start, end, reason)``, times in µs from the base."""
+    origin = path["start_us"].min()
+    return [
+        (r, n, round(s - origin), round(e - origin), why)
+        for r, n, s, e, why in zip(path["rank"], path["name"], path["start_us"], path["end_us"], path["reason"])
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def one_collective(tmp_path, write, kineto):
+    """Two ranks, one all-reduce: rank 1 computes twice as long, rank 0 waits for it."""
+    rank0 = [step(0, 900), X("aten::mm", 1, 0, 300), X("c10d::allreduce_", 1, 300, 10),
+             gloo("all_reduce", 310, 490), X("Optimizer.step#SGD.step", 1, 800, 100)]  # fmt: skip
+    rank1 = [step(0, 900), X("aten::mm", 1, 0, 600), X("c10d::allreduce_", 1, 600, 10),
+             gloo("all_reduce", 610, 190), X("Optimizer.step#SGD.step", 1, 800, 100)]  # fmt: skip
+    return run_of(tmp_path, write, kineto, {0: rank0, 1: rank1})
+
+
+def test_the_path_crosses_to_the_rank_that_arrived_last_at_the_collective(one_collective):
+    assert segments(critical_path(one_collective)) == [
+        (1, "aten::mm", 0, 600, "work"),
+        (1, "c10d::allreduce_", 600, 610, "work"),
+        (1, "gloo:all_reduce", 610, 800, "transfer"),
+        (0, "Optimizer.step#SGD.step", 800, 900, "work"),
+    ]
+
+
+def test_a_transfer_that_moves_the_path_says_to_which_rank(one_collective):
+    path = critical_path(one_collective)
+    assert path.loc[path["reason"] == "transfer", "to_rank"].tolist() == [0]
+    assert path["to_rank"].isna().sum() == len(path) - 1
+
+
+def test_the_last_arrival_not_the_longest_duration_decides(tmp_path, write, kineto):
+    # rank 0 arrives first and waits longest: its duration is the longest, it is not the cause
+    rank0 = [step(0, 500), X("aten::mm", 1, 0, 100), gloo("all_reduce", 100, 300), X("aten::add", 1, 400, 100)]  # fmt: skip
+    rank1 = [step(0, 500), X("aten::mm", 1, 0, 350), gloo("all_reduce", 350, 50), X("aten::add", 1, 400, 100)]  # fmt: skip
+    path = critical_path(run_of(tmp_path, write, kineto, {0: rank0, 1: rank1}))
+    assert path_summary(path, "name").iloc[0][["rank", "name"]].tolist() == [1, "aten::mm"]
+
+
+def test_three_ranks_whose_last_arrival_changes_between_collectives(tmp_path, write, kineto):
+    # collective 1: rank 2 arrives last (its op A is slow); collective 2: rank 1 (its op B)
+    ranks = {}
+    for rank, (a, b) in {0: (100, 100), 1: (100, 400), 2: (300, 100)}.items():
+        ranks[rank] = [
+            step(0, 900),
+            X("op A", 1, 0, a),
+            gloo("all_reduce", a, 350 - a),  # every rank leaves it 50 µs after the last arrived
+            X("op B", 1, 350, b),
+            gloo("all_reduce", 350 + b, 800 - 350 - b),
+            X("aten::add", 1, 800, 100),
+        ]
+    path = critical_path(run_of(tmp_path, write, kineto, ranks))
+    assert segments(path) == [
+        (2, "op A", 0, 300, "work"),
+        (2, "gloo:all_reduce", 300, 350, "transfer"),
+        (1, "op B", 350, 750, "work"),
+        (1, "gloo:all_reduce", 750, 800, "transfer"),
+        (0, "aten::add", 800, 900, "work"),
+    ]
+
+
+def test_time_with_no_event_on_a_thread_is_that_ranks_untraced_time(tmp_path, write, kineto):
+    # rank 1 sleeps 200 µs (no event) before its op: the others wait for it at the collective
+    rank0 = [step(0, 600), X("aten::mm", 1, 0, 100), gloo("all_reduce", 100, 400), X("aten::add", 1, 500, 100)]  # fmt: skip
+    rank1 = [step(0, 600), X("aten::mm", 1, 200, 100), gloo("all_reduce", 300, 200), X("aten::add", 1, 500, 100)]  # fmt: skip
+    path = critical_path(run_of(tmp_path, write, kineto, {0: rank0, 1: rank1}))
+    untraced = path[path["reason"] == "untraced"]
+    assert untraced[["rank", "start_us"]].assign(start_us=untraced["start_us"] - path["start_us"].min()).values.tolist() == [[1, 0.0]]  # fmt: skip
+    assert untraced["dur_us"].sum() == 200
+
+
+def test_a_gpu_step_goes_from_the_synchronisation_to_the_kernels_and_their_launches(
+    tmp_path, write, kineto
+):
+    doc = kineto(0, world=1, backend="nccl")
+    doc["traceEvents"] = [
+        step(0, 510),
+        X("cudaLaunchKernel", 1, 0, 10, cat="cuda_runtime", correlation=1),
+        X("cudaLaunchKernel", 1, 10, 10, cat="cuda_runtime", correlation=2),
+        X("cudaDeviceSynchronize", 1, 20, 480, cat="cuda_runtime"),
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 15, "dur": 185,
+         "args": {"correlation": 1, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "kernel", "name": "relu", "pid": 0, "tid": 7, "ts": 200, "dur": 280,
+         "args": {"correlation": 2, "stream": 7, "device": 0}},
+    ]  # fmt: skip
+    path = critical_path(load_trace(write(tmp_path / "rank0.json", doc)).events)
+    assert [(n, why) for _, n, _, _, why in segments(path)] == [
+        ("cudaLaunchKernel", "work"),
+        ("gemm", "launch"),
+        ("gemm", "work"),
+        ("relu", "work"),
+        ("cudaDeviceSynchronize", "wake-up"),
+        ("(untraced)", "untraced"),
+    ]
+    assert path["dur_us"].sum() == 510
+
+
+def test_the_path_summary_ranks_rank_and_kind_by_time_on_the_path(one_collective):
+    summary = path_summary(critical_path(one_collective), "kind")
+    assert summary.iloc[0][["rank", "kind", "ms"]].tolist() == [1, "compute", 0.6]
+    assert summary["share"].sum() == pytest.approx(1.0)
+
+
+def test_what_if_removes_the_slow_ranks_op_and_the_others_stop_waiting(one_collective):
+    # without rank 1's 600 µs of aten::mm its all-reduce starts at 10, rank 0's op takes 300:
+    # the collective starts at 310 and ends 190 later, the optimizer takes 100: 600 µs
+    predicted = what_if(one_collective, rank=1, name="^aten::mm$")
+    assert predicted.loc[1] == pytest.approx(0.6, abs=0.011)
+    assert predicted.attrs["measured"].loc[1] == pytest.approx(0.9)
+
+
+def test_what_if_names_the_event_it_cannot_find(one_collective):
+    with pytest.raises(ValueError, match=r"no event of rank 1 matches 'aten::conv'"):
+        what_if(one_collective, rank=1, name="aten::conv")
+
+
+def test_a_run_without_steps_has_no_path_and_says_why(tmp_path, write, kineto):
+    doc = kineto(0)
+    doc["traceEvents"] = [X("aten::mm", 1, 0, 100)]
+    events = load_trace(write(tmp_path / "rank0.json", doc)).events
+    with pytest.raises(ValueError, match="ProfilerStep#N"):
+        critical_path(events)
+
+
+@pytest.mark.parametrize("experiment", ["ddp-straggler", "fsdp-straggler"])
+def test_the_path_puts_a_recorded_stragglers_delay_on_its_slowed_data_loading(
+    lesson_run, experiment
+):
+    run = lesson_run(experiment)
+    args = run.args
+    slowed, delay_ms = (
+        int(args[args.index("--slow-rank") + 1]),
+        float(args[args.index("--delay-ms") + 1]),
+    )
+    held = path_summary(critical_path(load_run(run, cache=False).events), "kind")
+    on_it = held[(held["rank"] == slowed) & (held["kind"] == "data loading")]["ms_per_step"]
+    assert on_it.iloc[0] >= 0.8 * delay_ms
+
+
+def _tiles(path: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
+    """Per step, the path's time against the step's wall time (earliest start to latest end)."""
+    steps = events[events["kind"] == "step"].groupby("step")
+    wall = steps["end_us"].max() - steps["start_us"].min()
+    return path.groupby("step")["dur_us"].sum() / wall
+
+
+def _recorded_runs():
+    from helpers.jobs.recorded import RECORDINGS_ROOT
+
+    found = []
+    for folder in sorted(RECORDINGS_ROOT.glob("*/files")):
+        steps_in = [p for p in folder.rglob("*.json.gz") if "rank" in p.name or "trace" in p.name]
+        if steps_in:
+            found.append(folder)
+    return found
+
+
+@pytest.mark.parametrize("folder", _recorded_runs(), ids=lambda p: p.parent.name)
+def test_every_recordings_path_tiles_each_step_and_its_replay_holds(folder):
+    try:
+        events = load_run(folder, cache=False).events
+    except Exception:  # recordings of runs without traces of steps (RPC, debug servers)
+        pytest.skip("no trace of steps here")
+    if not (events["kind"] == "step").any():
+        pytest.skip("no profiler steps")
+    path = critical_path(events)
+    tiles = _tiles(path, events)
+    assert ((tiles - 1).abs() < 0.01).all(), tiles.to_dict()
+    assert replay_error(events).max() < 0.05
+
+
+@pytest.mark.parametrize("name", GPU_TRACES, ids=["ns-resolution", "nccl-2gpu-rank0"])
+def test_the_path_of_a_real_gpu_trace_tiles_each_step(real_traces, name):
+    events = load_trace(real_traces / name).events
+    path = critical_path(events)
+    assert ((_tiles(path, events) - 1).abs() < 0.01).all()
+    assert {"gpu kernel", "cuda runtime"} <= set(path["kind"])
+    assert replay_error(events).max() < 0.03
+
+
+def test_the_path_of_two_real_ranks_of_a_128_gpu_job_tiles_each_step(real_traces):
+    events = load_run(
+        sorted((real_traces / "hta" / "trace_filter").glob("*.json.gz")), cache=False
+    ).events
+    path = critical_path(events)
+    assert ((_tiles(path, events) - 1).abs() < 0.01).all()
