@@ -181,9 +181,11 @@ def test_the_path_puts_a_recorded_stragglers_delay_on_its_slowed_data_loading(
 
 
 def _tiles(path: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
-    """Per step, the path's time against the step's wall time (earliest start to latest end)."""
-    steps = events[events["kind"] == "step"].groupby("step")
-    wall = steps["end_us"].max() - steps["start_us"].min()
+    """Per step, the path's time against the step's wall time (from the last rank's end of the
+    step before, or the first rank's start of the first step, to the last rank's end)."""
+    ends = events[events["kind"] == "step"].groupby("step")["end_us"].max()
+    first = events[events["kind"] == "step"].groupby("step")["start_us"].min().iloc[0]
+    wall = ends - ends.shift(1).fillna(first)
     return path.groupby("step")["dur_us"].sum() / wall
 
 

@@ -27,7 +27,8 @@ from helpers.traces import run_files
 
 GPU_EXCERPTS = REPO / "data" / "gpu-traces"
 TWO_OF_128 = sorted(GPU_EXCERPTS.glob("nccl-128gpu-rank*.json.gz"))
-ORDER = ["What the traces cannot tell", "Step time per rank", "Waiting and the straggler", "Time per kind"]  # fmt: skip
+HELD = "What held the steps, what to fix first"
+ORDER = [HELD, "What the traces cannot tell", "Step time per rank", "Waiting and the straggler", "Time per kind"]  # fmt: skip
 
 
 def files_of(run: RunRecord) -> list[Path]:
@@ -48,8 +49,43 @@ def straggler_report(straggler_run):
 # ---------------------------------------------------------------- what a report says
 
 
-def test_a_report_opens_with_what_the_traces_cannot_tell_then_reads_in_order(straggler_report):
+def test_a_report_opens_with_what_held_the_steps_then_reads_in_order(straggler_report):
     assert [s.title for s in straggler_report.sections] == ORDER
+
+
+def test_the_first_section_names_the_slowed_ranks_op_and_predicts_the_step_without_it(
+    straggler_run, straggler_report
+):
+    held = straggler_report.section(HELD)
+    assert held.text.startswith("Each step's critical path")
+    assert "most of it is rank 1's `enumerate(DataLoader)" in held.text
+    predicted = float(re.search(r"would take ([\d.]+) ms instead of", held.text).group(1))
+    measured = load_run(straggler_run).events.pipe(lambda e: e[e["kind"] == "step"])
+    delay_ms = 150  # the lesson's --delay-ms
+    saving = measured["dur_us"].median() / 1e3 - predicted
+    assert saving == pytest.approx(delay_ms, rel=0.1), "the what-if takes out the delay"
+    assert held.table.iloc[0][["rank", "kind"]].tolist() == [1, "data loading"]
+    assert held.figure.startswith(b"\x89PNG") and "critical path" in held.alt
+
+
+def test_a_hung_step_and_its_unmatched_collectives_are_flagged_never_an_all_clear():
+    report = build_report(recorded_traces("hang"))  # lesson 8: all_reduce against broadcast
+    held = report.section(HELD).text
+    assert re.search(r"Step 3 took 30\d\d ms, \d+ times the median step", held)
+    assert "rank 1's gloo:broadcast #3 (step 3) has no partner on rank 0" in held
+    assert "rank 0's gloo:all_reduce #3 (step 3) has no partner on rank 1" in held
+    assert "Nothing stands out" not in " ".join(s.text for s in report.sections)
+
+
+def test_pointed_at_a_recording_the_report_skips_its_manifest_and_reads_the_traces(straggler_run):
+    folder = recorded_traces("ddp-straggler").parent
+    report = build_report(folder)
+    assert [Path(p).name for p, _ in report.skipped] == ["recording.json"]
+    assert report.glance["ranks found"] == "2: 0-1"
+    assert any(
+        "is not a trace" in s
+        for s in report.section("What the traces cannot tell").text.split("\n")
+    )
 
 
 def test_a_report_names_the_straggler_the_analysis_names(straggler_run, straggler_report):
@@ -122,7 +158,9 @@ def test_a_run_without_steps_says_so_and_what_to_do(tmp_path):
 def test_every_folder_of_real_traces_gets_a_report_and_nothing_is_written_beside_them(real_traces):
     for folder in sorted(p for p in (real_traces / "hta").iterdir() if p.is_dir()):
         report = build_report(folder)
-        assert report.sections[0].title == "What the traces cannot tell", folder
+        titles = [s.title for s in report.sections]
+        assert titles[0] in (HELD, "What the traces cannot tell"), folder
+        assert "What the traces cannot tell" in titles[:2], folder
 
 
 def test_a_warning_of_the_analysis_becomes_a_sentence_of_the_report(real_traces, recwarn):
@@ -177,7 +215,7 @@ def test_the_page_is_self_contained_with_figures_embedded_and_described(straggle
     assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", page)
     assert "<script" not in page
     images = re.findall(r'<img src="data:image/png;base64,[^"]+" alt="([^"]+)">', page)
-    assert len(images) == 2 and all(images)
+    assert len(images) == 3 and all(images)
 
 
 def test_text_from_a_trace_is_escaped_in_the_page():
@@ -243,6 +281,12 @@ def test_a_folder_of_unrelated_json_names_a_file_and_offers_skip_bad(tmp_path, c
     assert "no usable trace" in said
 
 
+def test_a_folder_of_manifests_and_no_trace_is_refused_naming_them(tmp_path, capsys):
+    (tmp_path / "recording.json").write_text('{"key": {"script": "x.py"}}')
+    said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
+    assert "recording.json: is not a trace" in said and "--skip-bad" not in said
+
+
 def test_two_jobs_mixed_in_one_folder_are_named_as_such(tmp_path, capsys):
     for path in [*TWO_OF_128, GPU_EXCERPTS / "nccl-2gpu-rank0.json.gz"]:
         shutil.copy(path, tmp_path / path.name)
@@ -282,9 +326,9 @@ def test_a_job_that_does_not_record_its_size_says_missing_ranks_cannot_be_named(
     assert any("do not record the job's size" in s for s in said)
 
 
-def test_a_complete_job_with_steps_has_nothing_that_stands_out():
+def test_a_complete_job_with_steps_says_every_rank_left_a_trace():
     said = cautions(Facts(ranks=[0, 1], world_size=2, has_steps=True))
-    assert said == ["Nothing stands out: every rank of the job left a trace with steps."]
+    assert said == ["Every rank of the job left a trace with steps, and every file was read."]
 
 
 def test_profiled_ranks_that_all_wait_a_fifth_of_a_step_point_outside_them():
@@ -364,7 +408,10 @@ def test_read_rank_by_rank_the_world_size_comes_from_every_files_header(tmp_path
         shutil.copy(path, tmp_path / path.name)
     report = build_report(tmp_path, whole_limit_mb=0)
     assert report.glance["world size"] == "128"
-    assert "126 of the job's 128 ranks left no trace" in report.section(ORDER[0]).text
+    assert (
+        "126 of the job's 128 ranks left no trace"
+        in report.section("What the traces cannot tell").text
+    )
 
 
 def test_one_merged_file_too_large_to_read_whole_asks_for_the_ranks_files(straggler_run, tmp_path):

@@ -32,6 +32,7 @@ from .collectives import (
     communication_overlap,
     find_straggler,
     matched_collectives,
+    unmatched_collectives,
     waiting_per_step,
 )
 from .critical_path import critical_path, path_summary
@@ -64,6 +65,7 @@ __all__ = [
     "collective_source",
     "matched_collectives",
     "collective_waits",
+    "unmatched_collectives",
     "waiting_per_step",
     "find_straggler",
     "communication_overlap",

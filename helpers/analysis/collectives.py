@@ -24,6 +24,7 @@ __all__ = [
     "collective_source",
     "matched_collectives",
     "collective_waits",
+    "unmatched_collectives",
     "waiting_per_step",
     "find_straggler",
     "communication_overlap",
@@ -102,6 +103,26 @@ def _on_every_rank(ev: pd.DataFrame) -> pd.DataFrame:
     seen = ev.groupby(["key", "index"])["rank"].transform("nunique")
     expected = ev["group_size"].astype("Float64").clip(upper=ranks).fillna(ranks).to_numpy()
     return ev[seen.to_numpy() >= expected]
+
+
+def unmatched_collectives(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """The collectives that some rank they belong to never joined (by the rules of
+    :func:`matched_collectives`): where the ranks called different collectives, or one rank
+    called one more than the others, the mark of a job that hangs (lesson 8). One row per
+    collective and rank that called it: ``name, index, rank, step, start_us, dur_us,
+    missing`` (the ranks loaded that did not call it); empty when every collective matches or
+    only one rank is loaded."""
+    columns = ["name", "index", "rank", "step", "start_us", "dur_us", "missing"]
+    ev = matched_collectives(events, names)
+    ranks = sorted(int(r) for r in events["rank"].unique())
+    if len(ranks) < 2 or ev.empty:
+        return pd.DataFrame(columns=columns)
+    kept = _on_every_rank(ev).index
+    lonely = ev[~ev.index.isin(kept)]
+    seen = lonely.groupby(["key", "index"])["rank"].agg(lambda r: set(int(x) for x in r))
+    missing = [sorted(set(ranks) - seen[(k, i)]) for k, i in zip(lonely["key"], lonely["index"])]
+    out = lonely.assign(missing=missing)
+    return out[columns].sort_values(["start_us", "rank"]).reset_index(drop=True)
 
 
 def collective_waits(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:

@@ -19,9 +19,11 @@ to the moment its first rank began it, along the lanes of :func:`.lanes.lane_int
   leads to its launch, a synchronisation's end to the kernel that ended it, an NCCL kernel's end
   to the rank whose kernel started last.
 
-The segments of one step tile its wall time (from the earliest rank's start to the latest
-rank's end) without gaps or overlaps; where the path reaches a rank's step start before that,
-it goes on into the rank's previous step (what made that rank start late). Ranks are compared
+The segments of one step tile its wall time without gaps or overlaps: from the moment the last
+rank ended the step before (for the first step, the moment the first rank began it) to the
+moment the last rank ended this one (:func:`step_windows`: the windows of successive steps
+follow each other, so no moment is counted twice). Where the path reaches a rank's step start
+before the window's, it goes on into that rank's previous step: what made it start late. Ranks are compared
 on one time axis: ranks of one machine share a clock; across machines, correct the offsets first
 (:func:`helpers.clock_offsets`).
 """
@@ -34,7 +36,7 @@ import pandas as pd
 from .kinds import event_names
 from .lanes import Lanes, lane_intervals
 
-__all__ = ["critical_path", "path_summary", "path_of"]
+__all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
 
 _COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank"]  # fmt: skip
 
@@ -58,7 +60,7 @@ def critical_path(events: pd.DataFrame) -> pd.DataFrame:
 def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     """:func:`critical_path` from lanes already cut (:func:`.lanes.lane_intervals`)."""
     walker = _Walker(lanes)
-    rows = [row for step in sorted(lanes.steps["step"].unique()) for row in walker.step(int(step))]
+    rows = [row for step, lo, hi in step_windows(lanes.steps) for row in walker.step(step, lo, hi)]
     raw = pd.DataFrame(rows, columns=["step", "lane_id", "label", "start_us", "end_us", "reason", "to_rank"])  # fmt: skip
     table = lanes.lanes
     lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
@@ -107,11 +109,10 @@ class _Walker:
         i = lo + np.searchsorted(self.starts[lo:hi], t, side="left") - 1
         return int(i) if i >= lo else -1
 
-    def step(self, step: int) -> list[tuple]:
-        """The path of one step, in time order: ``(step, lane_id, label, start, end, reason,
-        to_rank)`` per segment."""
+    def step(self, step: int, lo: float, hi: float) -> list[tuple]:
+        """The path of one step over its window ``(lo, hi]``, in time order: ``(step, lane_id,
+        label, start, end, reason, to_rank)`` per segment."""
         mine = self.lanes.steps[self.lanes.steps["step"] == step]
-        lo, hi = float(mine["start_us"].min()), float(mine["end_us"].max())
         lane, t = self.main[int(mine.loc[mine["end_us"].idxmax(), "rank"])], hi
         rows: list[tuple] = []
         seen: set[tuple[int, float]] = set()
@@ -154,6 +155,21 @@ class _Walker:
         to_rank = int(self.rank[row]) if moves else None
         rows.append((step, self.lane_of[here], label, max(begin, lo), t, "transfer", to_rank))
         return (self.lane_of[last], begin) if moves else (lane, begin)
+
+
+def step_windows(steps: pd.DataFrame) -> list[tuple[int, float, float]]:
+    """Each step's wall time ``(step, start_us, end_us)``: from the moment the last rank ended
+    the step before (or, for the first step, the moment the first rank began it) to the moment
+    the last rank ended this one. The windows follow each other without overlap, so that no
+    moment is counted in two steps (ranks end a step at different moments)."""
+    ends = steps.groupby("step")["end_us"].max().sort_index()
+    starts = steps.groupby("step")["start_us"].min()
+    windows, previous = [], None
+    for step, hi in ends.items():
+        lo = float(starts[step]) if previous is None else previous
+        windows.append((int(step), lo, float(hi)))
+        previous = float(hi)
+    return windows
 
 
 def path_summary(path: pd.DataFrame, by: list[str] | str = "kind") -> pd.DataFrame:

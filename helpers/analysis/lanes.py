@@ -45,6 +45,10 @@ __all__ = ["Lanes", "lane_intervals", "WAKE_TOLERANCE_US", "SYNC_CALLS"]
 #: a collective's span a little after the thread waiting for it has gone on (no later than the
 #: wait lasted).
 WAKE_TOLERANCE_US = 3000.0
+#: A long wait may end this share of its length after its waker (a rank that waited seconds in
+#: a collective that timed out, then took a few ms to raise): the tolerance before the end grows
+#: with the wait.
+LONG_WAIT_SHARE = 0.01
 #: CUDA runtime calls that block the CPU until the GPU has done something.
 SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy$"
 _SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
@@ -258,14 +262,15 @@ def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dic
 
 def _waker(iv: _Arrays, row: int, ends: dict, gpu_only: bool) -> int:
     """The interval on another lane of ``row``'s rank whose event ended closest to ``row``'s end:
-    after ``row`` began, at most the tolerance before its end, and at most the tolerance or
+    after ``row`` began, at most the tolerance (or a hundredth of ``row``) before its end, and at most the tolerance or
     ``row``'s own length after it (a span closed late), of an event that began before ``row``
     ended (-1: none)."""
     rank, lane, start, end = iv.rank[row], iv.lane[row], iv.start[row], iv.end[row]
     if rank not in ends:
         return -1
     times, rows, lanes, gpu, began = ends[rank]
-    lo = np.searchsorted(times, max(start, end - WAKE_TOLERANCE_US), side="right")
+    before = max(WAKE_TOLERANCE_US, LONG_WAIT_SHARE * (end - start))
+    lo = np.searchsorted(times, max(start, end - before), side="right")
     hi = np.searchsorted(times, end + min(WAKE_TOLERANCE_US, end - start), side="right")
     ok = (lanes[lo:hi] != lane) & (began[lo:hi] < end) & (gpu[lo:hi] if gpu_only else True)
     if not ok.any():

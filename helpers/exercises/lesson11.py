@@ -84,8 +84,13 @@ def past_reports() -> pd.DataFrame:
     and rank profiled: ``run, rank, machine, median step (ms), median waiting per step (ms)``.
     The job runs on 4 machines of 8 ranks each (ranks 0-7 on machine 0, 8-15 on machine 1...)."""
     rows = [
-        {"run": run, "rank": rank, "machine": rank // PER_MACHINE, "median step (ms)": step,
-         "median waiting per step (ms)": waiting}  # fmt: skip
+        {
+            "run": run,
+            "rank": rank,
+            "machine": rank // PER_MACHINE,
+            "median step (ms)": step,
+            "median waiting per step (ms)": waiting,
+        }  # fmt: skip
         for run, (step, waits) in _REPORTS.items()
         for rank, waiting in waits.items()
     ]

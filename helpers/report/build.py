@@ -20,8 +20,10 @@ from ..analysis import (
     step_times,
     time_per_kind,
 )
+from ..analysis.lanes import lane_intervals
 from ..jobs.runs import show_path
 from ..traces import (
+    NotATrace,
     TraceError,
     distributed_info,
     load_run,
@@ -31,6 +33,7 @@ from ..traces import (
 )
 from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks
+from .held import held_section
 from .sections import (
     Section,
     gpu_section,
@@ -103,7 +106,7 @@ def _what_to_do(err: TraceError, skip_bad: bool) -> str:
     """What to add to the loader's message for the command's user."""
     if "claims rank" in err.problem or "different run" in err.problem:
         return "\n  These look like two runs in one folder: give the report one run's files."
-    if err.path is not None and not skip_bad:
+    if err.path is not None and not skip_bad and not isinstance(err, NotATrace):
         return "\n  With --skip-bad the report leaves this file out and reports on the others."
     return ""
 
@@ -235,6 +238,7 @@ def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Repo
     times = step_times(events) if has_steps else None
     waiting, step_ms = median_waiting(events, has_steps), median_step(times)
     missing = len(missing_ranks(ranks, read.world))
+    held = [held_section(events, lane_intervals(events), times)] if has_steps and read.whole else []
     sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
     if gpu and read.whole:
@@ -255,7 +259,7 @@ def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Repo
         rank_by_rank=not read.whole,
     )
     caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
-    return Report(source, glance, [caution, *sections], facts.skipped, "whole" if read.whole else "rank by rank")  # fmt: skip
+    return Report(source, glance, [*held, caution, *sections], facts.skipped, "whole" if read.whole else "rank by rank")  # fmt: skip
 
 
 def _notes(caught: list[warnings.WarningMessage]) -> list[str]:

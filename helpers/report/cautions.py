@@ -100,4 +100,4 @@ def cautions(facts: Facts) -> list[str]:
         f"Skipped {path}: {why.split('; re-run')[0].rstrip('.')}." for path, why in facts.skipped
     ]
     said += [f"Noted while reading: {note.rstrip('.')}." for note in facts.notes]
-    return said or ["Nothing stands out: every rank of the job left a trace with steps."]
+    return said or ["Every rank of the job left a trace with steps, and every file was read."]

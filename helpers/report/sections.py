@@ -160,9 +160,9 @@ def waiting_section(waiting: pd.Series | None, step_ms: float | None, missing: i
     text = (
         f"Rank {straggler} waits least{among} in collectives: {waiting[straggler]:.1f} ms per step "
         f"(median), against {others.median():.1f} ms for the median of the others. Everyone "
-        f"else is already there when it arrives: rank {straggler} is the straggler, and the "
-        f"others' extra {others.median() - waiting[straggler]:.1f} ms per step is time lost "
-        "to it. Its own steps say why it is late: its time per kind below, its timeline."
+        f"else is already there when it arrives: rank {straggler} is the straggler. What held "
+        "it, and what fixing that would buy, is in the first section (waiting is not the "
+        "cost: the others' extra waiting leaves out what the straggler's delay also holds up)."
     )
     if missing and waiting_points_outside(waiting, step_ms):
         text = (
@@ -178,7 +178,8 @@ def waiting_section(waiting: pd.Series | None, step_ms: float | None, missing: i
             f"({waiting[straggler]:.1f} ms per step, median), but the others wait only "
             f"{others.median() - waiting[straggler]:.1f} ms more, under {CLEAR_SHARE:.0%} of a "
             f"{step_ms:.0f} ms step (median). Waiting this even says the ranks "
-            f"{'profiled ' if missing else ''}arrive together."
+            f"{'profiled ' if missing else ''}arrive together at the collectives that match "
+            "across them (the first section lists those that do not)."
         )
     return Section(title, text, table)
 

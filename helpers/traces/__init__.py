@@ -17,12 +17,14 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
   ``_steps`` (profiler steps, GPU launches), ``_columns`` (events into columns), ``_file``
   (files into columns, in worker processes: ``_workers``, ``_progress``), ``_frame`` (a run's
   one DataFrame; ``_memory``), ``_cache`` (finished loads kept in ``.cache/``); ``_error``
-  holds :class:`TraceError` and :class:`TraceWarning`.
+  holds :class:`TraceError` (:class:`NotATrace` for a JSON file that is no trace) and
+  :class:`TraceWarning`.
 """
 
 from ._header import distributed_info
 from .export import gather_traces, merge_traces
 from .load import (
+    NotATrace,
     RunTraces,
     Trace,
     TraceError,
@@ -44,6 +46,7 @@ __all__ = [
     "RunTraces",
     "TraceHeader",
     "TraceError",
+    "NotATrace",
     "TraceWarning",
     "trace_files",
     "run_files",

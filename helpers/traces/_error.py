@@ -1,5 +1,6 @@
-"""How the trace layer speaks of a problem: :class:`TraceError` when a file cannot be used,
-:class:`TraceWarning` when it was loaded, but not exactly as written.
+"""How the trace layer speaks of a problem: :class:`TraceError` when a file cannot be used
+(:class:`NotATrace` when it is no trace at all), :class:`TraceWarning` when it was loaded, but
+not exactly as written.
 
 Every module of the trace layer raises these; :mod:`helpers.traces` hands them on to the lessons.
 """
@@ -21,6 +22,14 @@ class TraceError(ValueError):
 
     def __reduce__(self):  # rebuilt from (path, problem) when it comes back from a worker
         return TraceError, (self.path, self.problem)
+
+
+class NotATrace(TraceError):
+    """A JSON file that is no trace at all (no ``traceEvents``): a run's manifest, a recording's,
+    a report's data. Beside real traces it is left out and listed, never fatal."""
+
+    def __reduce__(self):
+        return NotATrace, (self.path, self.problem)
 
 
 class TraceWarning(UserWarning):

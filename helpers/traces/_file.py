@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from ._bytes import read_bytes
@@ -33,7 +34,7 @@ from ._columns import (
     thread_names,
     times,
 )
-from ._error import TraceError
+from ._error import NotATrace, TraceError
 from ._header import TraceHeader, describe, header_of
 from ._json import decode, too_deep
 from ._steps import GPU_CATEGORIES, in_steps, launches, link_rows, step_numbers
@@ -77,6 +78,12 @@ def read_columns(
     for the arguments); every problem is a :class:`TraceError` naming the file."""
     notes: list[str] = []
     doc = decode(path, read_bytes(path), notes)
+    if doc.traceEvents is msgspec.UNSET:
+        raise NotATrace(
+            path,
+            "is not a trace: it has no traceEvents (a run's or a recording's manifest, or "
+            "another JSON file); name the trace files, or leave this one out",
+        )
     xs, meta = complete_events(doc.traceEvents, notes)
     if not xs:
         empty = " (its traceEvents list is empty)" if not doc.traceEvents else ""

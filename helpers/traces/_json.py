@@ -84,9 +84,10 @@ class _Header(msgspec.Struct, gc=False):
 
 
 class Doc(_Header, gc=False):
-    """A trace as the loader reads it: what its header says, and its events."""
+    """A trace as the loader reads it: what its header says, and its events (``UNSET`` when the
+    file has no ``traceEvents`` at all: no trace)."""
 
-    traceEvents: list[Event] = []
+    traceEvents: list[Event] | msgspec.UnsetType = msgspec.UNSET
 
 
 class _AnyEvent(msgspec.Struct, gc=False):

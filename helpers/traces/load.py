@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import _cache
-from ._error import TraceError, TraceWarning
+from ._error import NotATrace, TraceError, TraceWarning
 from ._file import FileColumns, read_file, read_files
 from ._frame import frame as _frame  # the name benchmarks/load_speed_against.py times
 from ._header import TraceHeader, rank_in_name
@@ -46,6 +46,7 @@ from ..jobs.runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path
 
 __all__ = [
     "TraceError",
+    "NotATrace",
     "TraceWarning",
     "TraceHeader",
     "Trace",
@@ -191,7 +192,9 @@ def load_run(
 
     source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``.
     strict: raise :class:`TraceError` on the first bad file (default), or skip bad files
-        and list them in ``.skipped`` (whatever is wrong with a file, it is a TraceError).
+        and list them in ``.skipped`` (whatever is wrong with a file, it is a TraceError). A
+        JSON file that is no trace at all (:class:`NotATrace`, a manifest) is always skipped
+        and listed; a run with no trace at all is a TraceError.
     ranks: only these ranks (files named ``rank<N>...`` of other ranks are not even read).
     steps: ``(first, last)``: only events inside ``ProfilerStep#first`` .. ``#last``.
     same_run: check that the files come from one run (world size, backend, run id, times).
@@ -245,7 +248,7 @@ def _load_files(
     skipped: list[tuple[Path, str]] = []
     for (path, _), result in zip(items, read_files(items, strict, steps, workers, progress)):
         if isinstance(result, TraceError):
-            if strict:
+            if strict and not isinstance(result, NotATrace):
                 raise result
             skipped.append((path, result.problem))
         elif result.header.rank_source == "merged file":

@@ -1,0 +1,127 @@
+"""The report's first section: what held the steps, what to fix first and what fixing it would
+buy, and the steps and collectives that say a job stalled or hung."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from ..analysis import path_summary, unmatched_collectives, what_if
+from ..analysis.critical_path import path_of
+from ..analysis.lanes import Lanes
+from ..drawing import plot_critical_path
+from .sections import Section, _png
+
+__all__ = ["HELD", "held_section", "LONG_STEP"]
+
+HELD = "What held the steps, what to fix first"
+#: A step this many times the median step is a stall or a hang, and the report says so.
+LONG_STEP = 5.0
+#: The most ranks the section's figure draws: those the path visits in its step.
+FIGURE_RANKS = 6
+#: Kinds on the path that a what-if cannot remove by name: no event, or the collective itself.
+_NOT_REMOVABLE = ("untraced", "communication", "launch", "wake-up", "queue")
+
+
+def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Section:
+    """The section, from a run's ``events``, their lanes (:func:`helpers.analysis.lanes.lane_intervals`)
+    and their step times (:func:`helpers.step_times`)."""
+    path = path_of(lanes, events)
+    per_step = times.median(axis=1)
+    median_ms = float(per_step.median())
+    ops = path_summary(path, ["kind", "name"])
+    top = ops.iloc[0]
+    text = [
+        f"Each step's critical path is the chain of work, across the ranks, that decided when "
+        f"the step ended (lesson 11). Over the {len(per_step)} steps, most of it is rank "
+        f"{int(top['rank'])}'s `{_short(top['name'])}` ({top['kind']}): {top['ms']:.1f} ms in "
+        f"all, {top['ms_per_step']:.1f} ms per step (median), {top['share']:.0%} of the path. "
+        "Fix that first; the table has the next."
+    ]
+    text.append(_what_if(events, lanes, top, median_ms))
+    text += _long_steps(per_step, path)
+    text += _unmatched(events)
+    table = ops.head(10).assign(
+        ms=lambda t: t["ms"].round(1),
+        ms_per_step=lambda t: t["ms_per_step"].round(1),
+        share=lambda t: (100 * t["share"]).round(1),
+    )[["rank", "kind", "name", "ms", "ms_per_step", "share"]]
+    table.columns = ["rank", "kind", "op", "on the path (ms)", "per step, median (ms)", "share (%)"]
+    step = int((per_step - median_ms).abs().idxmin())
+    figure, alt = _figure(events, path, step)
+    return Section(HELD, "\n".join(t for t in text if t), table, figure, alt)
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _what_if(events: pd.DataFrame, lanes: Lanes, top: pd.Series, median_ms: float) -> str:
+    """What removing the heaviest op of the path would buy, predicted; or why it cannot be."""
+    rank, name = int(top["rank"]), str(top["name"])
+    if top["kind"] in _NOT_REMOVABLE:
+        return (
+            f"A what-if cannot remove it by name ({top['kind']}: "
+            + ("no event recorded it; with_stack=True shows the Python that ran there)."
+               if top["kind"] == "untraced" else "a collective's own time or a thread's "
+               "start, set by what comes before it).")
+        )  # fmt: skip
+    predicted = what_if(events, rank, f"^{re.escape(name)}$", lanes=lanes)
+    error = float(predicted.attrs["replay_error"].max())
+    return (
+        f"If rank {rank}'s `{_short(name)}` took no time, the median step would take "
+        f"{predicted.median():.1f} ms instead of {median_ms:.1f} ms (predicted by re-timing "
+        f"the run's dependencies; the re-timing reproduces the measured steps to within "
+        f"{error:.1%}, and cannot know what runs faster once the rest changes)."
+    )
+
+
+def _long_steps(per_step: pd.Series, path: pd.DataFrame) -> list[str]:
+    """A sentence per step far longer than the median: a stall or a hang."""
+    median = float(per_step.median())
+    said = []
+    for step, ms in per_step[per_step > LONG_STEP * median].items():
+        held = path_summary(path[path["step"] == step], ["kind", "name"]).iloc[0]
+        said.append(
+            f"Step {step} took {ms:.0f} ms, {ms / median:.0f} times the median step "
+            f"({median:.1f} ms): a stall or a hang, not a slow rank. Its path is mostly rank "
+            f"{int(held['rank'])}'s `{_short(held['name'])}` ({held['kind']}, {held['ms']:.0f} ms)."
+        )
+    return said
+
+
+def _unmatched(events: pd.DataFrame) -> list[str]:
+    """A sentence on the collectives that some rank never joined."""
+    lonely = unmatched_collectives(events)
+    if lonely.empty:
+        return []
+    calls = "; ".join(
+        f"rank {int(r)}'s {name} #{int(i) + 1}" + (f" (step {int(s)})" if pd.notna(s) else "")
+        + f" has no partner on rank{'s' if len(m) > 1 else ''} {', '.join(map(str, m))}"
+        for name, i, r, s, m in zip(lonely["name"], lonely["index"], lonely["rank"], lonely["step"], lonely["missing"])
+    )  # fmt: skip
+    return [
+        f"Collectives that do not match across the ranks: {calls}. Ranks that call different "
+        "collectives, or a different number of them, wait for each other until a timeout: the "
+        "mark of a hang (lesson 8; a trace that ended early on one rank looks the same)."
+    ]
+
+
+def _figure(events: pd.DataFrame, path: pd.DataFrame, step: int) -> tuple[bytes, str]:
+    """The path of ``step`` over the timelines of the ranks it visits (at most a few)."""
+    mine = path[path["step"] == step]
+    on_path = mine.groupby("rank")["dur_us"].sum().sort_values(ascending=False).index.tolist()
+    others = sorted(set(events["rank"].unique()) - set(on_path))
+    ranks = [int(r) for r in (on_path + others)[:FIGURE_RANKS]]
+    shown = events[events["rank"].isin(ranks)]
+    fig = plot_critical_path(shown, path[path["rank"].isin(ranks)], step,
+                             title=f"ProfilerStep#{step}, the step of median length, and its critical path")  # fmt: skip
+    moves = int(mine["to_rank"].notna().sum())
+    alt = (
+        f"One step of ranks {', '.join(map(str, sorted(ranks)))}, a lane per thread: a thick "
+        f"black line runs under the lanes where the critical path holds the step, on rank"
+        f"{'s' if len(on_path) > 1 else ''} {', '.join(map(str, sorted(on_path)))}, and moves "
+        f"between ranks {moves} time{'s' if moves != 1 else ''} at collectives."
+    )
+    return _png(fig), alt
