@@ -526,11 +526,39 @@ def sharded_straggler(lesson_run) -> RunRecord:
 
 
 def few_ranks_run(folder: Path, slowed: int) -> RunRecord:
-    """Exercise 11.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
+    """Exercise 12.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
     args = ["--profile-ranks", "0,1", "--slow-rank", str(slowed), "--delay-ms", "80"]
     run = fake_run(folder, "train_ddp.py", args=args, nproc=3)
     run.experiment = "hidden-straggler"
     return run
+
+
+@pytest.fixture(scope="module")
+def hidden_slowdown(tmp_path_factory) -> RunRecord:
+    """Exercise 11.1's run: launch_with_a_hidden_slowdown chose rank 1's backward."""
+    args = ["--slow-rank", "1", "--delay-ms", "150", "--slow-part", "backward"]
+    run = fake_run(tmp_path_factory.mktemp("hidden-slowdown"), "train_ddp.py", args=args)
+    run.experiment = "hidden-slowdown"
+    return run
+
+
+@pytest.fixture(scope="module")
+def half_delay(tmp_path_factory) -> RunRecord:
+    """Exercise 11.2's second run: the straggler job with half its delay, 75 ms."""
+    folder = tmp_path_factory.mktemp("half-delay")
+    run = fake_run(folder, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "75"])
+    ddp_traces(run.run_dir, slow_rank=1, delay_us=75_000)
+    return run
+
+
+@pytest.fixture(scope="module")
+def half_delay_predicted(lesson_run) -> float:
+    """What the what-if predicts for the straggler run with its batches twice as fast."""
+    from helpers import what_if
+    from helpers.traces import load_run
+
+    events = load_run(lesson_run("ddp-straggler")).events
+    return float(what_if(events, 1, "DataLoader", factor=0.5).median())
 
 
 @pytest.fixture(scope="module")
@@ -552,6 +580,9 @@ def right_evidence(
     rank0_slowed,
     hung_at_15,
     sharded_straggler,
+    hidden_slowdown,
+    half_delay,
+    half_delay_predicted,
     tmp_path_factory,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
@@ -594,8 +625,13 @@ def right_evidence(
         "09.2": ({"seq": HUNG_SEQ, "line": wait_line()}, {"job": hung_at_15}),
         "10.1": ({"all_gathers": 9, "reduce_scatters": 5}, {"run": lesson_run("fsdp-layers")}),
         "10.2": ({"straggler": 1, "delay_ms": 150}, {"run": sharded_straggler}),
-        "11.1": ("not profiled", {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)}),
-        "11.2": ([0, 12, 20, 21, 28], {}),
+        "11.1": ({"rank": 1, "part": "backward"}, {"run": hidden_slowdown}),
+        "11.2": (
+            half_delay_predicted,
+            {"slow": lesson_run("ddp-straggler"), "half": half_delay},
+        ),
+        "12.1": ("not profiled", {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)}),
+        "12.2": ([0, 12, 20, 21, 28], {}),
     }
 
 
@@ -1244,33 +1280,80 @@ def test_10_2_refuses_a_straggler_the_learner_chose(lesson_run):
 # -------------------------------------------------------------------------- lesson 11
 
 
-def test_11_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
-    assert accepted(evaluate("11.1", 2, run=few_ranks_run(tmp_path, 2)))
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ({"rank": 0, "part": "backward"}, "not that rank"),
+        ({"rank": 1, "part": "data"}, "which kind of its work holds the path"),
+        ({"rank": 1, "part": "forward"}, "the part is one of"),
+    ],
+    ids=["the-rank-that-waits", "the-right-rank-its-batches", "a-part-there-is-not"],
+)
+def test_11_1_rejects(answer, hint, hidden_slowdown):
+    assert rejected(evaluate("11.1", answer, run=hidden_slowdown), hint)
 
 
-def test_11_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
+def test_11_1_refuses_a_run_whose_slowdown_the_learner_chose(lesson_run):
+    assert rejected(evaluate("11.1", {"rank": 1, "part": "data"}, run=lesson_run("ddp-straggler")), "launch the run with")  # fmt: skip
+
+
+@pytest.fixture
+def half_evidence(lesson_run, half_delay) -> dict:
+    return {"slow": lesson_run("ddp-straggler"), "half": half_delay}
+
+
+def test_11_2_rejects_the_step_with_no_data_loading_at_all(lesson_run, half_evidence):
+    from helpers import what_if
+    from helpers.traces import load_run
+
+    none = float(what_if(load_run(lesson_run("ddp-straggler")).events, 1, "DataLoader").median())
+    assert rejected(evaluate("11.2", none, **half_evidence), "factor=0.5")
+
+
+def test_11_2_rejects_a_number_the_what_if_does_not_give(half_evidence, half_delay_predicted):
+    assert rejected(evaluate("11.2", half_delay_predicted * 1.3, **half_evidence), "not what the what-if predicts")  # fmt: skip
+
+
+def test_11_2_refuses_a_second_run_without_half_the_delay(lesson_run, half_delay_predicted):
+    said = evaluate("11.2", half_delay_predicted, slow=lesson_run("ddp-straggler"), half=lesson_run("ddp-normal"))  # fmt: skip
+    assert rejected(said, "the same job with rank 1 slowed by 75 ms")
+
+
+def test_11_2_says_how_close_the_prediction_came_to_the_run(half_evidence, half_delay_predicted):
+    ok, said = evaluate("11.2", half_delay_predicted, **half_evidence)
+    assert ok and re.search(r"predicted \d+ ms, measured \d+ ms with half the delay: [+-]\d+%", said)
+
+
+# -------------------------------------------------------------------------- lesson 12
+
+
+def test_12_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
+    assert accepted(evaluate("12.1", 2, run=few_ranks_run(tmp_path, 2)))
+
+
+def test_12_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
     assert rejected(
-        evaluate("11.1", 0, run=few_ranks_run(tmp_path, 2)), "every rank profiled waits"
+        evaluate("12.1", 0, run=few_ranks_run(tmp_path, 2)), "every rank profiled waits"
     )
 
 
-def test_11_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
-    assert accepted(evaluate("11.1", 1, run=few_ranks_run(tmp_path, 1)))
+def test_12_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
+    assert accepted(evaluate("12.1", 1, run=few_ranks_run(tmp_path, 1)))
 
 
-def test_11_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
-    said = evaluate("11.1", "not profiled", run=few_ranks_run(tmp_path, 1))
+def test_12_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
+    said = evaluate("12.1", "not profiled", run=few_ranks_run(tmp_path, 1))
     assert rejected(said, "among the ranks profiled")
 
 
-def test_11_1_rejects_the_other_profiled_rank(tmp_path):
-    assert rejected(evaluate("11.1", 0, run=few_ranks_run(tmp_path, 1)), "data loading")
+def test_12_1_rejects_the_other_profiled_rank(tmp_path):
+    assert rejected(evaluate("12.1", 0, run=few_ranks_run(tmp_path, 1)), "data loading")
 
 
-def test_11_1_refuses_a_job_profiled_on_every_rank(tmp_path):
+def test_12_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
     run.experiment = "hidden-straggler"
-    assert rejected(evaluate("11.1", 1, run=run), "--profile-ranks")
+    assert rejected(evaluate("12.1", 1, run=run), "--profile-ranks")
 
 
 @pytest.mark.parametrize(
@@ -1292,15 +1375,15 @@ def test_11_1_refuses_a_job_profiled_on_every_rank(tmp_path):
         "a-rank-twice",
     ],
 )
-def test_11_2_rejects_a_plan(plan, hint):
-    assert rejected(evaluate("11.2", plan), hint)
+def test_12_2_rejects_a_plan(plan, hint):
+    assert rejected(evaluate("12.2", plan), hint)
 
 
-def test_11_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
-    assert accepted(evaluate("11.2", [0, 12, 20, 21, 28]))
+def test_12_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
+    assert accepted(evaluate("12.2", [0, 12, 20, 21, 28]))
 
 
-def test_11_2_history_names_one_rank_and_no_neighbour_of_it():
+def test_12_2_history_names_one_rank_and_no_neighbour_of_it():
     from helpers import past_reports
 
     history = past_reports()

@@ -35,7 +35,7 @@ from .collectives import (
     unmatched_collectives,
     waiting_per_step,
 )
-from .critical_path import critical_path, path_summary
+from .critical_path import critical_path, path_summary, step_windows
 from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
@@ -86,6 +86,7 @@ __all__ = [
     "profiling_cost",
     "critical_path",
     "path_summary",
+    "step_windows",
     "what_if",
     "replay_error",
     "replay_step_times",

@@ -19,7 +19,7 @@ prints the verdict for the learner. With the environment variable ``PDP_CHECKS_M
 worked solution that stops passing its check fails its notebook; an exercise not answered yet
 never raises.
 
-The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson11``
+The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson12``
 (``common`` holds what they share, ``hidden`` the helpers that choose an exercise's answer at
 random and keep it for the check). To add the checks of lesson NN:
 
@@ -54,10 +54,17 @@ from . import (
     lesson09,
     lesson10,
     lesson11,
+    lesson12,
 )
 from .common import Check
-from .hidden import anonymise_traces, launch_with_a_hidden_straggler, skew_a_node, slow_a_rank
-from .lesson11 import past_reports
+from .hidden import (
+    anonymise_traces,
+    launch_with_a_hidden_slowdown,
+    launch_with_a_hidden_straggler,
+    skew_a_node,
+    slow_a_rank,
+)
+from .lesson12 import past_reports
 
 __all__ = [
     "check",
@@ -68,6 +75,7 @@ __all__ = [
     "MUST_PASS_ENV",
     "anonymise_traces",
     "launch_with_a_hidden_straggler",
+    "launch_with_a_hidden_slowdown",
     "past_reports",
     "skew_a_node",
     "slow_a_rank",
@@ -86,6 +94,7 @@ LESSONS: tuple[ModuleType, ...] = (
     lesson09,
     lesson10,
     lesson11,
+    lesson12,
 )
 
 #: Set to 1 to make :func:`check` raise on a wrong answer (CI runs the solutions so).

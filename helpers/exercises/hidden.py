@@ -6,6 +6,8 @@ order, or set it themselves.
   old names are kept in the run folder (``renamed.json``).
 - :func:`launch_with_a_hidden_straggler` (4.2, 10.2): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
+- :func:`launch_with_a_hidden_slowdown` (11.1): a run with one rank's batches, backward or
+  optimizer step slowed, the rank and the part chosen at random (kept likewise).
 - :func:`skew_a_node` (7.2): a copy of a run's events with one node's clock moved by a random
   amount (kept in the frame's ``attrs``).
 - :func:`slow_a_rank` (9.1): a rank of a running job, chosen at random, slowed down through its
@@ -38,6 +40,9 @@ __all__ = [
     "SLOW_DOWN_FILE",
     "anonymise_traces",
     "launch_with_a_hidden_straggler",
+    "launch_with_a_hidden_slowdown",
+    "HIDDEN_SLOWDOWN_EXPERIMENT",
+    "SLOWED_PARTS",
     "judge_hidden_straggler",
     "skew_a_node",
     "slow_a_rank",
@@ -49,6 +54,10 @@ RENAMED_FILE = "renamed.json"
 HIDDEN_SKEW = "hidden skew (µs)"
 #: The experiment of every run of :func:`launch_with_a_hidden_straggler` (its folder's name).
 HIDDEN_STRAGGLER_EXPERIMENT = "hidden-straggler"
+#: The experiment of every run of :func:`launch_with_a_hidden_slowdown`.
+HIDDEN_SLOWDOWN_EXPERIMENT = "hidden-slowdown"
+#: What a hidden slowdown slows on its rank (train_ddp.py's ``--slow-part``).
+SLOWED_PARTS = ("data", "backward", "optimizer")
 #: The delays per batch a hidden straggler gets, in ms (one of them, at random). Each is more than
 #: (1 + tolerance) / (1 - tolerance) times the one before (:data:`DELAY_TOLERANCE`), so that no
 #: single guess is right for more than one of them: a constant answer passes one run in five.
@@ -107,6 +116,29 @@ def launch_with_a_hidden_straggler(
     options.setdefault("echo", False)
     options["experiment"] = HIDDEN_STRAGGLER_EXPERIMENT
     return launch(script, nproc=nproc, args=[*args, *hidden], **options)
+
+
+def launch_with_a_hidden_slowdown(
+    nproc: int,
+    args: Sequence[str] = (),
+    seed: int | None = None,
+    delay_ms: float = 150.0,
+    **options: Any,
+) -> RunRecord:
+    """Launch lesson 3's ``train_ddp.py`` with ``args`` and one rank slowed by ``delay_ms`` per
+    step in one part of its step: loading its batch, its backward through ``layer3`` or its
+    optimizer step (``--slow-part``); the rank and the part are chosen at random and kept in
+    the run's manifest for the check. The run's experiment is always ``hidden-slowdown``;
+    ``options`` go to :func:`helpers.launch`."""
+    chooser = _chooser(seed)
+    hidden = [
+        "--slow-rank", str(chooser.randrange(nproc)),
+        "--delay-ms", f"{delay_ms:g}",
+        "--slow-part", chooser.choice(SLOWED_PARTS),
+    ]  # fmt: skip
+    options.setdefault("echo", False)
+    options["experiment"] = HIDDEN_SLOWDOWN_EXPERIMENT
+    return launch(TRAIN_DDP_SCRIPT, nproc=nproc, args=[*args, *hidden], **options)
 
 
 def judge_hidden_straggler(

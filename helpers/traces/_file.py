@@ -78,20 +78,7 @@ def read_columns(
     for the arguments); every problem is a :class:`TraceError` naming the file."""
     notes: list[str] = []
     doc = decode(path, read_bytes(path), notes)
-    if doc.traceEvents is msgspec.UNSET:
-        raise NotATrace(
-            path,
-            "is not a trace: it has no traceEvents (a run's or a recording's manifest, or "
-            "another JSON file); name the trace files, or leave this one out",
-        )
-    xs, meta = complete_events(doc.traceEvents, notes)
-    if not xs:
-        empty = " (its traceEvents list is empty)" if not doc.traceEvents else ""
-        raise TraceError(
-            path,
-            f"holds no events with a duration (ph X, or B/E pairs){empty}: "
-            f"nothing to load. Did the profiler record anything?",
-        )
+    xs, meta = _complete_events(path, doc, notes)
     header = header_of(doc, path, rank, single)
     xs, start, dur, skipped = times(path, xs, strict, notes)
     start += (header.base_time_ns or 0) / 1000.0
@@ -130,6 +117,26 @@ def read_columns(
     return FileColumns(
         header, start, dur, compact(text), ranks, kind, steps_of, launch, numbers, skipped
     )
+
+
+def _complete_events(path: Path, doc, notes: list[str]) -> tuple[list, list]:
+    """The document's complete events and its metadata events; a :class:`NotATrace` for a JSON
+    file with no ``traceEvents``, a TraceError for a trace with no complete event."""
+    if doc.traceEvents is msgspec.UNSET:
+        raise NotATrace(
+            path,
+            "is not a trace: it has no traceEvents (a run's or a recording's manifest, or "
+            "another JSON file); name the trace files, or leave this one out",
+        )
+    xs, meta = complete_events(doc.traceEvents, notes)
+    if not xs:
+        empty = " (its traceEvents list is empty)" if not doc.traceEvents else ""
+        raise TraceError(
+            path,
+            f"holds no events with a duration (ph X, or B/E pairs){empty}: "
+            f"nothing to load. Did the profiler record anything?",
+        )
+    return xs, meta
 
 
 def _rows_of_columns(text: dict, numbers: dict, rows: np.ndarray) -> tuple[dict, dict]:
