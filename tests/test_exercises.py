@@ -1321,7 +1321,9 @@ def test_11_2_refuses_a_second_run_without_half_the_delay(lesson_run, half_delay
 
 def test_11_2_says_how_close_the_prediction_came_to_the_run(half_evidence, half_delay_predicted):
     ok, said = evaluate("11.2", half_delay_predicted, **half_evidence)
-    assert ok and re.search(r"predicted \d+ ms, measured \d+ ms with half the delay: [+-]\d+%", said)
+    assert ok and re.search(
+        r"predicted \d+ ms, measured \d+ ms with half the delay: [+-]\d+%", said
+    )
 
 
 # -------------------------------------------------------------------------- lesson 12

@@ -19,13 +19,19 @@ from helpers.traces import TraceError, load_run
 from helpers.traces.rank_by_rank import summarise_run
 
 
-def _replayed(experiment: str, root: Path) -> Path:
-    """The lesson's recorded run of ``experiment``, replayed into ``root``: its folder."""
-    (key,) = [
-        json.loads(p.read_text())["key"]
+def _recording(experiment: str) -> Path:
+    """The folder of the lesson's recorded run of ``experiment``."""
+    (folder,) = [
+        p.parent
         for p in RECORDINGS_ROOT.glob(f"{experiment}-*/recording.json")
         if json.loads(p.read_text())["key"]["experiment"] == experiment
     ]
+    return folder
+
+
+def _replayed(experiment: str, root: Path) -> Path:
+    """The lesson's recorded run of ``experiment``, replayed into ``root``: its folder."""
+    key = json.loads((_recording(experiment) / "recording.json").read_text())["key"]
     record = replay(Path(key["script"]), key["nproc"], experiment, key["args"], 1, 1, False, root)
     return record.run_dir
 
@@ -165,3 +171,39 @@ def test_a_second_pass_reads_the_kept_parts_and_gives_the_same_tables(tmp_path):
     pd.testing.assert_frame_equal(again.step_times(), first.step_times())
     pd.testing.assert_frame_equal(again.collective_waits(), first.collective_waits())
     pd.testing.assert_frame_equal(again.waiting_per_step(), first.waiting_per_step())
+
+
+def _path_by_op(path_table: pd.DataFrame) -> pd.Series:
+    return path_table.set_index(["rank", "kind", "name"])["ms"]
+
+
+@pytest.mark.parametrize(
+    "experiment",
+    ["ddp-straggler", "fsdp-straggler", "fsdp-prefetch", "two-nodes", "hang"],
+    ids=["ddp-straggler", "fsdp-straggler", "fsdp-prefetch", "two-nodes", "hang"],
+)
+def test_the_critical_path_strung_from_each_ranks_chains_matches_the_whole_runs(experiment):
+    from helpers import critical_path, path_summary
+
+    folder = _recording(experiment)
+    whole = path_summary(critical_path(load_run(folder, cache=False).events), ["kind", "name"])
+    by_rank = summarise_run(folder, workers=1, cache=False, progress=False).path_summary()
+    assert by_rank["ms"].sum() == pytest.approx(whole["ms"].sum(), rel=1e-3), "the same steps"
+    both = pd.concat({"whole": _path_by_op(whole), "by_rank": _path_by_op(by_rank)}, axis=1)
+    gap = (both["by_rank"].fillna(0) - both["whole"].fillna(0)).abs()
+    assert gap.max() < 1.0, gap.sort_values().tail(3).to_dict()  # ms, over the whole run
+
+
+def test_the_critical_path_strung_from_a_real_gpu_ranks_chains_matches_its_whole_path(real_traces):
+    from helpers import critical_path, path_summary
+
+    files = [real_traces / "hta" / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"]  # fmt: skip
+    whole = path_summary(critical_path(load_run(files, cache=False).events), ["kind", "name"])
+    by_rank = summarise_run(files, workers=1, cache=False, progress=False).path_summary()
+    assert by_rank["ms"].sum() == pytest.approx(whole["ms"].sum(), rel=1e-3)
+    assert by_rank.iloc[0]["name"] == whole.iloc[0]["name"]
+
+
+def test_a_recordings_manifest_is_left_out_of_a_run_read_rank_by_rank():
+    summary = summarise_run(_recording("ddp"), workers=1, cache=False, progress=False)
+    assert summary.files and "recording.json" not in {p.name for p in summary.files}

@@ -196,6 +196,20 @@ def test_read_rank_by_rank_the_report_gives_the_same_step_table_and_straggler(
     assert "Too large to load whole" in by_rank.section("What the traces cannot tell").text
 
 
+def test_read_rank_by_rank_the_report_names_what_held_the_steps_as_the_whole_read_does(
+    straggler_run, straggler_report
+):
+    held = build_report(straggler_run.run_dir, whole_limit_mb=0).section(HELD)
+    whole = straggler_report.section(HELD)
+    assert held.table.iloc[0][["rank", "kind", "op"]].tolist() == whole.table.iloc[0][["rank", "kind", "op"]].tolist()  # fmt: skip
+    assert held.figure is None and "strung together from each rank's part" in held.text
+
+
+def test_read_rank_by_rank_the_report_flags_a_hang():
+    held = build_report(recorded_traces("hang"), whole_limit_mb=0).section(HELD).text
+    assert "a stall or a hang" in held and "has no partner on rank" in held
+
+
 def test_a_section_shows_itself_in_a_notebook(straggler_report):
     section = straggler_report.section("Step time per rank")
     shown = section._repr_html_()

@@ -18,7 +18,8 @@ from what the trace holds.
 - ``overhead``: what profiling costs a training step.
 - ``lanes``, ``critical_path``, ``replay``: what held each step (the chain of work across the
   ranks that decided when it ended) and what shortening some of it would buy (a what-if, by
-  re-timing the dependencies read in the traces).
+  re-timing the dependencies read in the traces); ``path_by_rank``: the same path for a run
+  too large to load whole, strung together from each rank's part of it.
 """
 
 from .clocks import clock_offsets, shift_ranks

@@ -115,6 +115,12 @@ class _Walker:
         mine = self.lanes.steps[self.lanes.steps["step"] == step]
         lane, t = self.main[int(mine.loc[mine["end_us"].idxmax(), "rank"])], hi
         rows: list[tuple] = []
+        self.walk(step, lane, t, lo, rows)
+        return rows[::-1]
+
+    def walk(self, step: int, lane: int, t: float, lo: float, rows: list) -> tuple | None:
+        """Walk back from ``t`` on ``lane`` to ``lo``, adding segments to ``rows`` (latest
+        first); returns where it stopped when a collective stops it (:class:`_RankWalker`)."""
         seen: set[tuple[int, float]] = set()
         while t > lo:
             row = self.row_at(lane, t)
@@ -124,11 +130,14 @@ class _Walker:
                 start = self.ends[row] if row >= 0 else lo
                 rows.append((step, lane, -1, max(start, lo), t, "untraced", None))
                 if row < 0:
-                    break
+                    return None
                 t = start
                 continue
-            lane, t = self.take(step, row, t, lo, rows, stuck)
-        return rows[::-1]
+            went = self.take(step, row, t, lo, rows, stuck)
+            if went is None or len(went) == 3:
+                return went
+            lane, t = went
+        return None
 
     def take(self, step: int, row: int, t: float, lo: float, rows: list, stuck: bool):
         """Add what held ``row``'s lane until ``t``; return where the walk goes on."""
@@ -146,7 +155,11 @@ class _Walker:
                 reason = "wake-up" if rule == "wait" else "launch"
                 rows.append((step, lane, label, max(there, lo), t, reason, None))
             return self.lane_of[after], min(there, t)
-        # a collective: its transfer, from the last arrival on, then that rank's way to it
+        return self.collective(step, row, t, lo, rows)
+
+    def collective(self, step: int, row: int, t: float, lo: float, rows: list):
+        """A collective: its transfer, from the last arrival on, then that rank's way to it."""
+        lane, start, label = self.lane_of[row], self.starts[row], self.label[row]
         arrivals = self.lanes.arrivals[self.lanes.instance[row]]
         last = max(arrivals, key=lambda r: self.starts[r])
         begin = min(max(self.starts[last], start), t)

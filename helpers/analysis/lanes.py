@@ -29,12 +29,13 @@ intervals of the lane of its steps (its *main* lane).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .collectives import _waits
+from .collectives import _waits, matched_collectives
 from .intervals import merge_intervals
 from .kinds import event_names, name_matches
 
@@ -65,7 +66,9 @@ class Lanes:
     the previous interval of a queued lane; -1 when none). ``lanes``: one row per lane_id,
     ``rank, lane, worker, gpu, main``. ``instance``: interval row -> collective instance number;
     ``arrivals``: instance -> its interval rows, one per rank; ``transfer_us``: instance -> its
-    shortest duration. ``steps``: each rank's steps (``rank, step, start_us, end_us``)."""
+    shortest duration; ``keys``: interval row -> the collective's ``(key, index)`` as
+    :func:`helpers.matched_collectives` numbers it. ``steps``: each rank's steps (``rank, step,
+    start_us, end_us``)."""
 
     intervals: pd.DataFrame
     lanes: pd.DataFrame
@@ -73,11 +76,14 @@ class Lanes:
     instance: dict[int, int] = field(default_factory=dict)
     arrivals: dict[int, list[int]] = field(default_factory=dict)
     transfer_us: dict[int, float] = field(default_factory=dict)
+    keys: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
-def lane_intervals(events: pd.DataFrame) -> Lanes:
+def lane_intervals(events: pd.DataFrame, alone: bool = False) -> Lanes:
     """Every lane of ``events`` (``load_run(...).events``) cut into intervals, each with the rule
-    that ends it (see the module). Raises ValueError without ``ProfilerStep#N`` events."""
+    that ends it (see the module). ``alone``: ``events`` are one rank's, read on their own (a run
+    read rank by rank): each of its collectives is an instance of its own. Raises ValueError
+    without ``ProfilerStep#N`` events."""
     steps = events[(events["kind"] == "step").to_numpy()].dropna(subset=["step"])
     if steps.empty:
         raise ValueError(
@@ -88,7 +94,12 @@ def lane_intervals(events: pd.DataFrame) -> Lanes:
     ev = events[~events["kind"].isin(_SKIPPED).to_numpy()].join(window, on="rank", how="inner")
     ev = ev[(ev["end_us"] > ev["lo"]).to_numpy() & (ev["start_us"] < ev["hi"]).to_numpy()]
     lanes = _lane_table(ev, steps)
-    matched = _waits(events, None) if events["rank"].nunique() > 1 else events.iloc[:0]
+    if alone:
+        with warnings.catch_warnings():  # said once by the run's own collective_waits
+            warnings.simplefilter("ignore", UserWarning)
+            matched = matched_collectives(events, None)
+    else:
+        matched = _waits(events, None) if events["rank"].nunique() > 1 else events.iloc[:0]
     matched = matched[matched.index.isin(ev.index)]
     cuts = {r: np.unique(g[["start_us", "end_us"]].to_numpy()) for r, g in steps.groupby("rank")}
     parts = []
@@ -104,7 +115,7 @@ def lane_intervals(events: pd.DataFrame) -> Lanes:
     result = Lanes(
         intervals.reset_index(drop=True), lanes, steps[["rank", "step", "start_us", "end_us"]]
     )
-    _link_collectives(result, matched)
+    _link_collectives(result, matched, least=1 if alone else 2)
     _set_rules(result, ev)
     return result
 
@@ -197,8 +208,9 @@ def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["start_us", "end_us", "event"])
 
 
-def _link_collectives(lanes: Lanes, matched: pd.DataFrame) -> None:
-    """Number the matched collectives' instances and find each one's interval on every rank."""
+def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
+    """Number the matched collectives' instances (seen on at least ``least`` ranks) and find
+    each one's interval on every rank."""
     if matched.empty:
         return
     iv = lanes.intervals
@@ -206,8 +218,11 @@ def _link_collectives(lanes: Lanes, matched: pd.DataFrame) -> None:
     row_of = dict(zip(labelled["event"].to_numpy(), labelled.index.to_numpy()))
     for number, (_, group) in enumerate(matched.groupby(["key", "index"], sort=False)):
         rows = [int(row_of[e]) for e in group.index if e in row_of]
-        if len(rows) < 2:
+        if len(rows) < least:
             continue
+        lanes.keys.update(
+            dict.fromkeys(rows, (str(group["key"].iloc[0]), int(group["index"].iloc[0])))
+        )
         lanes.arrivals[number] = rows
         lanes.transfer_us[number] = float(group["dur_us"].min())
         lanes.instance.update(dict.fromkeys(rows, number))

@@ -33,7 +33,7 @@ from ..traces import (
 )
 from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks
-from .held import held_section
+from .held import held_section, held_section_of_summary
 from .sections import (
     Section,
     gpu_section,
@@ -150,6 +150,7 @@ class _Read:
     gpu_without_launch: int = 0
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     whole: bool = True
+    path: pd.DataFrame | None = None  # read rank by rank: the path summary from each rank's chains
 
 
 def _read_whole(files: list[Path], skip_bad: bool, progress: bool | None) -> _Read:
@@ -199,7 +200,8 @@ def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None)
         )
     world, backends = _same_job(files)
     events = pd.concat([summary.steps, summary.collectives], ignore_index=True)
-    return _Read(events, summary.kind_ms, world, backends, skipped=skipped, whole=False)
+    path = summary.path_summary() if not summary.chains.empty else None
+    return _Read(events, summary.kind_ms, world, backends, skipped=skipped, whole=False, path=path)
 
 
 def _same_job(files: list[Path]) -> tuple[int | None, list[str]]:
@@ -238,7 +240,11 @@ def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Repo
     times = step_times(events) if has_steps else None
     waiting, step_ms = median_waiting(events, has_steps), median_step(times)
     missing = len(missing_ranks(ranks, read.world))
-    held = [held_section(events, lane_intervals(events), times)] if has_steps and read.whole else []
+    held = []
+    if has_steps and read.whole:
+        held = [held_section(events, lane_intervals(events), times)]
+    elif has_steps and read.path is not None and not read.path.empty:
+        held = [held_section_of_summary(read.path, events, times)]
     sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
     if gpu and read.whole:

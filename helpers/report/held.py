@@ -13,7 +13,7 @@ from ..analysis.lanes import Lanes
 from ..drawing import plot_critical_path
 from .sections import Section, _png
 
-__all__ = ["HELD", "held_section", "LONG_STEP"]
+__all__ = ["HELD", "held_section", "held_section_of_summary", "LONG_STEP"]
 
 HELD = "What held the steps, what to fix first"
 #: A step this many times the median step is a stall or a hang, and the report says so.
@@ -31,26 +31,52 @@ def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Sec
     per_step = times.median(axis=1)
     median_ms = float(per_step.median())
     ops = path_summary(path, ["kind", "name"])
-    top = ops.iloc[0]
-    text = [
-        f"Each step's critical path is the chain of work, across the ranks, that decided when "
-        f"the step ended (lesson 11). Over the {len(per_step)} steps, most of it is rank "
-        f"{int(top['rank'])}'s `{_short(top['name'])}` ({top['kind']}): {top['ms']:.1f} ms in "
-        f"all, {top['ms_per_step']:.1f} ms per step (median), {top['share']:.0%} of the path. "
-        "Fix that first; the table has the next."
-    ]
-    text.append(_what_if(events, lanes, top, median_ms))
+    text = [_most_of_it(ops.iloc[0], len(per_step)) + " Fix that first; the table has the next."]
+    text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
     text += _long_steps(per_step, path)
     text += _unmatched(events)
+    step = int((per_step - median_ms).abs().idxmin())
+    figure, alt = _figure(events, path, step)
+    return Section(HELD, "\n".join(t for t in text if t), _table(ops), figure, alt)
+
+
+def held_section_of_summary(
+    ops: pd.DataFrame, events: pd.DataFrame, times: pd.DataFrame
+) -> Section:
+    """The section of a run read rank by rank: from the path summary strung together from each
+    rank's chains (``RunSummary.path_summary()``), the steps and collectives of every rank
+    (``events``) and the step times; without the figure and the what-if, which need every event
+    of the ranks at once."""
+    per_step = times.median(axis=1)
+    text = [
+        _most_of_it(ops.iloc[0], len(per_step)) + " Fix that first; the table has the next. "
+        "It was strung together from each rank's part of the path, the run being too large to "
+        "load whole: for the figure and the what-if, run the report on the files of the ranks "
+        "the table names."
+    ]
+    text += _long_steps(per_step, None)
+    text += _unmatched(events)
+    return Section(HELD, "\n".join(text), _table(ops))
+
+
+def _most_of_it(top: pd.Series, steps: int) -> str:
+    """The sentence that names the heaviest op on the path (``top``, a row of path_summary)."""
+    return (
+        f"Each step's critical path is the chain of work, across the ranks, that decided when "
+        f"the step ended (lesson 11). Over the {steps} steps, most of it is rank "
+        f"{int(top['rank'])}'s `{_short(top['name'])}` ({top['kind']}): {top['ms']:.1f} ms in "
+        f"all, {top['ms_per_step']:.1f} ms per step (median), {top['share']:.0%} of the path."
+    )
+
+
+def _table(ops: pd.DataFrame) -> pd.DataFrame:
     table = ops.head(10).assign(
         ms=lambda t: t["ms"].round(1),
         ms_per_step=lambda t: t["ms_per_step"].round(1),
         share=lambda t: (100 * t["share"]).round(1),
     )[["rank", "kind", "name", "ms", "ms_per_step", "share"]]
     table.columns = ["rank", "kind", "op", "on the path (ms)", "per step, median (ms)", "share (%)"]
-    step = int((per_step - median_ms).abs().idxmin())
-    figure, alt = _figure(events, path, step)
-    return Section(HELD, "\n".join(t for t in text if t), table, figure, alt)
+    return table
 
 
 def _short(name: str, width: int = 60) -> str:
@@ -77,17 +103,23 @@ def _what_if(events: pd.DataFrame, lanes: Lanes, top: pd.Series, median_ms: floa
     )
 
 
-def _long_steps(per_step: pd.Series, path: pd.DataFrame) -> list[str]:
-    """A sentence per step far longer than the median: a stall or a hang."""
+def _long_steps(per_step: pd.Series, path: pd.DataFrame | None) -> list[str]:
+    """A sentence per step far longer than the median: a stall or a hang (and, given the
+    ``path``, what held it)."""
     median = float(per_step.median())
     said = []
     for step, ms in per_step[per_step > LONG_STEP * median].items():
-        held = path_summary(path[path["step"] == step], ["kind", "name"]).iloc[0]
-        said.append(
+        sentence = (
             f"Step {step} took {ms:.0f} ms, {ms / median:.0f} times the median step "
-            f"({median:.1f} ms): a stall or a hang, not a slow rank. Its path is mostly rank "
-            f"{int(held['rank'])}'s `{_short(held['name'])}` ({held['kind']}, {held['ms']:.0f} ms)."
+            f"({median:.1f} ms): a stall or a hang, not a slow rank."
         )
+        if path is not None:
+            held = path_summary(path[path["step"] == step], ["kind", "name"]).iloc[0]
+            sentence += (
+                f" Its path is mostly rank {int(held['rank'])}'s `{_short(held['name'])}` "
+                f"({held['kind']}, {held['ms']:.0f} ms)."
+            )
+        said.append(sentence)
     return said
 
 

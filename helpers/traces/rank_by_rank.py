@@ -31,10 +31,12 @@ import numpy as np
 import pandas as pd
 
 from . import _cache
+from ._error import NotATrace
 from ._workers import each_in_processes, worker_failure
 from ..analysis import step_times, time_per_kind
 from ..analysis.collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
 from ..analysis.kinds import name_matches
+from ..analysis.path_by_rank import CHAIN_COLUMNS, path_summary_of_chains, rank_chains
 from ..jobs.runs import usable_cores
 from .export import written_by_merge
 from .load import load_trace, run_files
@@ -53,11 +55,13 @@ __all__ = [
 class RunSummary:
     """What :func:`summarise_run` kept of a run: ``steps`` and ``collectives`` (those events of
     every rank, with every column of the loader), ``kind_ms`` (time per kind, one row per rank),
-    the ``files`` read and their ``bytes``."""
+    ``chains`` (each rank's part of the critical path between its collectives), the ``files``
+    read and their ``bytes``."""
 
     steps: pd.DataFrame
     collectives: pd.DataFrame
     kind_ms: pd.DataFrame
+    chains: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHAIN_COLUMNS))
     files: list[Path] = field(default_factory=list)
     bytes: int = 0
 
@@ -85,6 +89,11 @@ class RunSummary:
         """:func:`helpers.find_straggler` of the whole run."""
         return find_straggler(self.collectives, names)
 
+    def path_summary(self) -> pd.DataFrame:
+        """:func:`helpers.path_summary` by kind and name of the run's critical path, strung
+        together from each rank's chains (:mod:`helpers.analysis.path_by_rank`)."""
+        return path_summary_of_chains(self.chains, self.steps, self.collectives)
+
 
 def rank_events(path: str | Path, cache: bool = True, rank: int | None = None) -> pd.DataFrame:
     """One rank's events, as :func:`helpers.load_trace` gives them: read from the rank's
@@ -101,39 +110,46 @@ def rank_events(path: str | Path, cache: bool = True, rank: int | None = None) -
     return events
 
 
-def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, ...]:
     """What the run-wide analyses need of one rank's ``events``: its steps, its collectives
-    (gloo's and NCCL's CPU spans, NCCL kernels) and its row of time per kind."""
+    (gloo's and NCCL's CPU spans, NCCL kernels), its row of time per kind and its chains of the
+    critical path (:func:`helpers.analysis.path_by_rank.rank_chains`)."""
     steps = events[(events["kind"] == "step").to_numpy()]
     collectives = events[
         (events["kind"] == "communication").to_numpy() | name_matches(events, NCCL_KERNELS)
     ]
-    return steps, collectives, time_per_kind(events)
+    return steps, collectives, time_per_kind(events), rank_chains(events)
 
 
 def kept_of_file(
     path: str | Path, cache: bool = True, rank: int | None = None
 ) -> tuple[pd.DataFrame, ...] | None:
     """:func:`kept_of_rank` of one rank's file (the rest of its events are let go); None for a
-    merged file of several ranks (``merge_traces``), which :func:`helpers.load_run` leaves out
-    too. With ``cache`` the parts are kept too, in one Parquet file (the steps' and the
+    merged file of several ranks (``merge_traces``) and for a JSON file that is no trace (a
+    manifest), which :func:`helpers.load_run` leaves out too. With ``cache`` the parts are kept too, in one Parquet file (the steps' and the
     collectives' rows, the row of time per kind in its metadata), so that a second pass reads
     only that."""
     path = Path(path)
     where = _cache.rank_cache_file(path, "kept", rank) if cache else None
+    chains_at = _cache.rank_cache_file(path, "chains", rank) if cache else None
     rows = _cache.read_rank(where) if where is not None else None
-    if rows is not None and "kind_ms" in rows.attrs:
+    chains = _cache.read_rank(chains_at) if chains_at is not None else None
+    if rows is not None and chains is not None and "kind_ms" in rows.attrs:
         is_step = (rows["kind"] == "step").to_numpy()
-        return rows[is_step], rows[~is_step], _kinds_of_note(rows.attrs["kind_ms"])
-    events = rank_events(path, cache, rank)
+        return rows[is_step], rows[~is_step], _kinds_of_note(rows.attrs["kind_ms"]), chains
+    try:
+        events = rank_events(path, cache, rank)
+    except NotATrace:  # a recording's manifest, left out as load_run leaves it out
+        return None
     if events["rank"].nunique() > 1:
         return None
-    steps, collectives, kinds = kept_of_rank(events)
+    steps, collectives, kinds, chains = kept_of_rank(events)
     if where is not None:
         rows = pd.concat([steps, collectives], ignore_index=True)
         rows.attrs["kind_ms"] = kinds.to_dict(orient="split")
         _cache.write_rank(where, rows)
-    return steps, collectives, kinds
+        _cache.write_rank(chains_at, chains)
+    return steps, collectives, kinds, chains
 
 
 def _kinds_of_note(note: dict) -> pd.DataFrame:
@@ -159,7 +175,8 @@ def summarise_run(
 
     source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them),
     a list of files, one per rank, or ``{rank: file}``; a merged file of several ranks is left
-    out, as ``load_run`` does (one that :func:`merge_traces` wrote is not even read). workers: processes reading files at once (default: the usable cores,
+    out, as ``load_run`` does (one that :func:`merge_traces` wrote is not even read), and so is
+    a JSON file that is no trace (:class:`NotATrace`, a recording's manifest). workers: processes reading files at once (default: the usable cores,
     each holding one rank's DataFrame at a time). cache: keep each rank's events
     (:func:`rank_events`) and the parts of them kept (:func:`kept_of_file`) as Parquet, so that
     a second pass reads only the parts. progress: tqdm's bar
@@ -185,4 +202,5 @@ def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunS
     steps = pd.concat([p[0] for p in parts], ignore_index=True)
     collectives = pd.concat([p[1] for p in parts], ignore_index=True)
     kinds = pd.concat([p[2] for p in parts]).fillna(0.0).sort_index()
-    return RunSummary(steps, collectives, kinds, files, sum(p.stat().st_size for p in files))
+    chains = pd.concat([p[3] for p in parts if len(p) > 3], ignore_index=True)
+    return RunSummary(steps, collectives, kinds, chains, files, sum(p.stat().st_size for p in files))

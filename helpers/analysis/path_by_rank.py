@@ -1,0 +1,232 @@
+"""The critical path of a run too large to load whole, one rank at a time.
+
+Between two collectives, a rank's part of the path depends on that rank alone: it walks back
+through its own threads until it reaches a collective, where the rank that arrived last takes
+over. So each rank's file is read on its own (:func:`rank_chains`): from every step end and every
+collective arrival of the rank, the local walk of :func:`helpers.critical_path` is made back to
+the collective that stops it, and only its sum per kind and op is kept, a *chain*. Then
+:func:`path_summary_of_chains` strings the chains of all ranks together, step by step, through
+each collective's last arrival (read from the collectives every rank keeps anyway), and gives the
+table :func:`helpers.path_summary` gives for a run loaded whole. No rank's events are needed at
+once; a chain that starts before a step's window is counted in proportion to its part in it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from .collectives import _on_every_rank, matched_collectives
+from .critical_path import _Walker, step_windows
+from .kinds import event_names
+from .lanes import Lanes, lane_intervals
+
+__all__ = ["rank_chains", "path_summary_of_chains", "CHAIN_COLUMNS"]
+
+#: One row per chain and (kind, name) of work on it. A chain is a piece of one walk (``walk``,
+#: from its segment ``begin``); a walk starts at the end of a ``step`` or at the ``arrival`` at
+#: the collective ``key``/``index`` (``origin``; unused fields -1 and ""). Then the moments the
+#: chain covers, and what follows it: another chain (``to_walk``/``to_begin``), a collective
+#: (``to_key``/``to_index``), or nothing (-1 and "").
+CHAIN_COLUMNS = ["rank", "walk", "begin", "origin", "step", "key", "index", "start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index", "kind", "name", "us"]  # fmt: skip
+
+
+class _RankWalker(_Walker):
+    """The walk of :func:`helpers.critical_path` on one rank, stopping at its collectives and
+    where an earlier walk of the rank went on the same way (``owner``: row -> (walk, position
+    of its segment, the moment that walk entered the row))."""
+
+    def __init__(self, lanes: Lanes):
+        super().__init__(lanes)
+        self.owner: dict[int, tuple[int, int, float]] = {}
+        self.chain = -1
+
+    def take(self, step, row, t, lo, rows, stuck):
+        owned = self.owner.get(row)
+        if owned is None:
+            self.owner[row] = (self.chain, len(rows), t)
+        elif owned[0] != self.chain and not stuck and self._same_way(row, t, owned[2]):
+            mine: list[tuple] = []  # what this walk sees of the row above the earlier one
+            super().take(step, row, t, lo, mine, stuck)
+            rows += [(*s[:3], max(s[3], owned[2]), *s[4:]) for s in mine if s[4] > owned[2]]
+            return (row, min(t, owned[2]), "join")
+        return super().take(step, row, t, lo, rows, stuck)
+
+    def _same_way(self, row: int, t: float, entered: float) -> bool:
+        """Whether a walk entering ``row`` at ``t`` goes on as one that entered at ``entered``."""
+        rule = self.rule[row]
+        if rule in ("wait", "issued"):
+            there = self.ends[self.after[row]]
+            return min(t, there) == min(entered, there)
+        return rule != "collective"
+
+    def collective(self, step: int, row: int, t: float, lo: float, rows: list):
+        return (row, t, "stop")
+
+
+def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
+    """One rank's chains (:data:`CHAIN_COLUMNS`), from its events alone; empty without steps.
+
+    Each interval of the rank is walked once: a walk that reaches one an earlier walk took, and
+    would go on from it as that walk did, stops there, and the earlier walk is cut at that
+    moment, so the chains add up to what a walk from every start would see, in time linear in
+    the rank's events."""
+    if not (events["kind"] == "step").any():
+        return pd.DataFrame(columns=CHAIN_COLUMNS)
+    lanes = lane_intervals(events, alone=True)
+    walker = _RankWalker(lanes)
+    rank = int(events["rank"].iloc[0])
+    lo = float(lanes.steps["start_us"].min()) - 1.0
+    main = walker.main[rank]
+    starts = [("end", int(s), "", -1, main, float(e)) for s, e in zip(lanes.steps["step"], lanes.steps["end_us"])]  # fmt: skip
+    starts += [("arrival", -1, key, index, int(walker.lane_of[row]), float(walker.starts[row]))
+               for row, (key, index) in lanes.keys.items()]  # fmt: skip
+    walks, cuts = [], {}
+    for number, (origin, step, key, index, lane, t) in enumerate(starts):
+        walker.chain = number
+        segments: list[tuple] = []
+        stopped = walker.walk(0, lane, t, lo, segments)
+        walks.append(((origin, step, key, index, t), segments, stopped))
+        if stopped is not None and stopped[2] == "join":
+            joined, at, _ = walker.owner[stopped[0]]
+            cuts.setdefault(joined, set()).add((at, stopped[1]))
+    label_of = events.index.get_indexer([s[2] for _, segs, _ in walks for s in segs])
+    return _pieces(rank, walks, cuts, walker, lanes, _namer(events, label_of))
+
+
+def _namer(events: pd.DataFrame, positions: np.ndarray):
+    """``(kind, name)`` of a segment, by its label, as :func:`helpers.critical_path` names it."""
+    names = event_names(events).to_numpy()
+    kinds = events["kind"].astype(str).to_numpy()
+    index = {label: i for i, label in enumerate(events.index)}
+
+    def name(label: int, reason: str) -> tuple[str, str]:
+        at = index.get(label, -1)
+        kind = (
+            reason
+            if reason in ("launch", "wake-up", "queue")
+            else kinds[at]
+            if at >= 0
+            else "untraced"
+        )
+        return kind, (names[at] if at >= 0 else "(untraced)")
+
+    return name
+
+
+def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> list[tuple]:
+    """A walk's segments (latest first) cut at ``cuts`` (position of a segment, moment within
+    it; latest first): one ``(segments, stop)`` per piece, ``end`` the walk's last moment."""
+    pieces, piece, at = [], [], 0
+    for position, moment in cuts:
+        while at < min(position, len(segments)):
+            piece.append(segments[at])
+            at += 1
+        if at < len(segments) and segments[at][3] < moment < segments[at][4]:
+            head = segments[at]
+            piece.append((*head[:3], moment, *head[4:]))
+            segments = segments[:at] + [(*head[:4], moment, *head[5:])] + segments[at + 1 :]
+        stop = min(moment, segments[at][4]) if at < len(segments) else end
+        pieces.append((piece, stop))
+        piece = []
+    pieces.append((piece + segments[at:], end))
+    return pieces
+
+
+def _pieces(rank, walks, cuts, walker, lanes, name) -> pd.DataFrame:
+    """The walks cut where later walks joined them, each piece summed per (kind, name), with
+    what follows it (:data:`CHAIN_COLUMNS`)."""
+    order = {n: sorted(c, key=lambda c: (c[0], -c[1])) for n, c in cuts.items()}
+    piece_of = {(n, c): i + 1 for n, cs in order.items() for i, c in enumerate(cs)}
+    rows = []
+    for number, ((origin, step, key, index, t), segments, stopped) in enumerate(walks):
+        end = stopped[1] if stopped is not None else segments[-1][3] if segments else t
+        pieces = _split(segments, order.get(number, []), end)
+        start_t = t
+        for begin, (piece, stop) in enumerate(pieces):
+            then = (-1, -1, "", -1)
+            if begin + 1 < len(pieces):  # the next piece of this walk
+                then = (number, begin + 1, "", -1)
+            elif stopped is not None and stopped[2] == "join":
+                joined, at, _ = walker.owner[stopped[0]]
+                then = (joined, piece_of[(joined, (at, stopped[1]))], "", -1)
+            elif stopped is not None:
+                then = (-1, -1, *lanes.keys[stopped[0]])
+            sums: dict[tuple[str, str], float] = {}
+            for _, _, label, s, e, reason, _ in piece:
+                k = name(label, reason)
+                sums[k] = sums.get(k, 0.0) + (e - s)
+            for (kind, nm), us in (sums or {("untraced", "(untraced)"): 0.0}).items():
+                rows.append((rank, number, begin, origin, step, key, index, start_t, stop, *then, kind, nm, us))  # fmt: skip
+            start_t = stop
+    return pd.DataFrame(rows, columns=CHAIN_COLUMNS)
+
+
+def path_summary_of_chains(
+    chains: pd.DataFrame, steps: pd.DataFrame, collectives: pd.DataFrame
+) -> pd.DataFrame:
+    """:func:`helpers.path_summary` by kind and name (``rank, kind, name, ms, ms_per_step,
+    share``) from every rank's chains (:func:`rank_chains`), steps and collectives (as
+    :func:`helpers.summarise_run` keeps them)."""
+    with warnings.catch_warnings():  # said once by the run's own collective_waits
+        warnings.simplefilter("ignore", UserWarning)
+        every = matched_collectives(collectives, None)
+    matched = _on_every_rank(every)
+    arrive = {(k, i, int(r)): s for k, i, r, s in zip(matched["key"], matched["index"], matched["rank"], matched["start_us"])}  # fmt: skip
+    ranks_of = matched.groupby(["key", "index"])["rank"].agg(list).to_dict()
+    names_of = dict(zip(zip(every["key"], every["index"]), every["name"].astype(str)))
+    work = {c: g for c, g in chains.groupby(["rank", "walk", "begin"])}
+    head = chains.drop_duplicates(["rank", "walk", "begin"]).set_index(["rank", "walk", "begin"])
+    firsts = head.reset_index()
+    firsts = firsts[firsts["begin"] == 0]
+    at_end = {(int(r), int(s)): int(w) for r, s, w, o in zip(firsts["rank"], firsts["step"], firsts["walk"], firsts["origin"]) if o == "end"}  # fmt: skip
+    at_arrival = {(int(r), k, int(i)): int(w) for r, k, i, w, o in zip(firsts["rank"], firsts["key"], firsts["index"], firsts["walk"], firsts["origin"]) if o == "arrival"}  # fmt: skip
+    totals: dict[tuple, dict[int, float]] = {}
+    ends = steps.groupby(["step", "rank"])["end_us"].max()
+    for step, lo, hi in step_windows(steps):
+        rank = int(ends.loc[step].idxmax())
+        chain, t = (rank, at_end.get((rank, step), -1), 0), hi
+        while t > lo and chain in work:
+            info = head.loc[chain]
+            stop = float(info["stop_us"])
+            share = 1.0 if stop >= lo else (t - lo) / (t - stop) if t > stop else 0.0
+            for kind, name, us in zip(work[chain]["kind"], work[chain]["name"], work[chain]["us"]):
+                _add(totals, (rank, kind, name), step, us * share)
+            if stop <= lo:
+                break
+            if info["to_walk"] >= 0:  # the rest of an earlier walk of the same rank
+                chain, t = (rank, int(info["to_walk"]), int(info["to_begin"])), stop
+                continue
+            if info["to_key"] == "":  # the rank's trace begins: untraced until the window's
+                _add(totals, (rank, "untraced", "(untraced)"), step, stop - lo)
+                break
+            key, index = info["to_key"], int(info["to_index"])
+            walk = at_arrival.get((rank, key, index), -1)
+            # a collective not matched on every rank holds this rank alone, from its arrival on
+            alone = float(head.loc[(rank, walk, 0), "start_us"]) if walk >= 0 else stop
+            mine = arrive.get((key, index, rank), alone)
+            last = max(ranks_of.get((key, index), [rank]), key=lambda r: arrive.get((key, index, int(r)), -np.inf))  # fmt: skip
+            begin = arrive.get((key, index, int(last)), mine)
+            if int(last) == rank or begin <= mine:
+                last, begin = rank, mine
+            _add(totals, (int(last), "communication", names_of.get((key, index), key)), step, max(stop - max(begin, lo), 0.0))  # fmt: skip
+            rank, t = int(last), begin
+            chain = (rank, at_arrival.get((rank, key, index), -1), 0)
+    return _table(totals)
+
+
+def _add(totals: dict, where: tuple, step: int, us: float) -> None:
+    per_step = totals.setdefault(where, {})
+    per_step[step] = per_step.get(step, 0.0) + us
+
+
+def _table(totals: dict) -> pd.DataFrame:
+    if not totals:
+        return pd.DataFrame(columns=["rank", "kind", "name", "ms", "ms_per_step", "share"])
+    index = pd.MultiIndex.from_tuples(list(totals), names=["rank", "kind", "name"])
+    per_step = pd.DataFrame(list(totals.values()), index=index).fillna(0.0) / 1e3
+    ms = per_step.sum(axis=1)
+    table = pd.DataFrame({"ms": ms, "ms_per_step": per_step.median(axis=1), "share": ms / ms.sum()})
+    return table.sort_values("ms", ascending=False).reset_index()
