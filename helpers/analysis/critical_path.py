@@ -122,8 +122,13 @@ class _Walker:
         """Walk back from ``t`` on ``lane`` to ``lo``, adding segments to ``rows`` (latest
         first); returns where it stopped when a collective stops it (:class:`_RankWalker`)."""
         seen: set[tuple[int, float]] = set()
+        row = -1
         while t > lo:
-            row = self.row_at(lane, t)
+            before = row - 1  # most often the walk goes on with the lane's interval before
+            if row > self.first[lane] and self.lane_of[row] == lane and self.starts[before] < t <= self.starts[row]:  # fmt: skip
+                row = before
+            else:
+                row = self.row_at(lane, t)
             stuck = (lane, t) in seen
             seen.add((lane, t))
             if row < 0 or self.ends[row] < t:  # nothing recorded on this lane until t

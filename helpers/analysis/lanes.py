@@ -155,12 +155,12 @@ def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> 
     whichever is later, cut into intervals labelled by the innermost event covering each (-1:
     a gap). The events in ``whole`` (collectives) stay one interval each: nothing
     inside them is looked at."""
-    inside = np.zeros(len(ev), dtype=bool)
-    for label in whole:
-        s, e = ev.at[label, "start_us"], ev.at[label, "end_us"]
-        inside |= (ev["start_us"].to_numpy() >= s) & (ev["end_us"].to_numpy() <= e)
-        inside[ev.index.get_loc(label)] = False
-    ev = ev[~inside]
+    if len(whole):  # leave out what lies within one of them: some began no later and ends no sooner
+        spans = ev.loc[whole].sort_values("start_us")
+        latest_end = np.maximum.accumulate(spans["end_us"].to_numpy())
+        at = np.searchsorted(spans["start_us"].to_numpy(), ev["start_us"].to_numpy(), "right") - 1
+        inside = (at >= 0) & (ev["end_us"].to_numpy() <= latest_end[np.maximum(at, 0)])
+        ev = ev[~inside | ev.index.isin(whole)]
     if ev.empty:  # a lane with nothing but its steps
         return pd.DataFrame({"start_us": [begin], "end_us": [finish], "event": [-1]})
     order = np.lexsort((-ev["end_us"].to_numpy(), ev["start_us"].to_numpy()))
@@ -201,11 +201,18 @@ def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
     last = np.searchsorted(cuts, ends, side="left")
     if (last <= first).all():
         return frame
-    rows = []
-    for s, e, label, a, b in zip(starts, ends, frame["event"], first, last):
-        bounds = [s, *cuts[a:b], e]
-        rows += [(x, y, label) for x, y in zip(bounds[:-1], bounds[1:])]
-    return pd.DataFrame(rows, columns=["start_us", "end_us", "event"])
+    pieces = np.maximum(last - first, 0) + 1
+    of = np.repeat(np.arange(len(frame)), pieces)
+    k = np.arange(len(of)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece k of its interval
+    cut = np.repeat(first, pieces) + k  # the cut that ends piece k (if it is not the last)
+    top = len(cuts) - 1
+    return pd.DataFrame(
+        {
+            "start_us": np.where(k == 0, starts[of], cuts[np.clip(cut - 1, 0, top)]),
+            "end_us": np.where(k == pieces[of] - 1, ends[of], cuts[np.clip(cut, 0, top)]),
+            "event": frame["event"].to_numpy()[of],
+        }
+    )
 
 
 def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
@@ -216,15 +223,20 @@ def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
     iv = lanes.intervals
     labelled = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event")
     row_of = dict(zip(labelled["event"].to_numpy(), labelled.index.to_numpy()))
-    for number, (_, group) in enumerate(matched.groupby(["key", "index"], sort=False)):
-        rows = [int(row_of[e]) for e in group.index if e in row_of]
+    keys, indices = matched["key"].astype(str).to_numpy(), matched["index"].to_numpy()
+    numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, indices]))  # in order of appearance
+    groups: dict[int, tuple[list[int], list[float], tuple[str, int]]] = {}
+    for number, label, key, index, dur in zip(numbers, matched.index, keys, indices, matched["dur_us"].to_numpy()):  # fmt: skip
+        rows, durations, _ = groups.setdefault(int(number), ([], [], (str(key), int(index))))
+        durations.append(float(dur))
+        if label in row_of:
+            rows.append(int(row_of[label]))
+    for number, (rows, durations, key) in groups.items():
         if len(rows) < least:
             continue
-        lanes.keys.update(
-            dict.fromkeys(rows, (str(group["key"].iloc[0]), int(group["index"].iloc[0])))
-        )
+        lanes.keys.update(dict.fromkeys(rows, key))
         lanes.arrivals[number] = rows
-        lanes.transfer_us[number] = float(group["dur_us"].min())
+        lanes.transfer_us[number] = min(durations)
         lanes.instance.update(dict.fromkeys(rows, number))
 
 
@@ -248,12 +260,13 @@ def _set_rules(lanes: Lanes, ev: pd.DataFrame) -> None:
         r: i for i, r in zip(lanes.lanes.index, lanes.lanes["rank"]) if lanes.lanes.at[i, "main"]
     }
     issuers = _main_lane_issuers(arrays, worker, main, issuers)
-    for row in np.flatnonzero(rule == "wait"):
-        if worker[row]:
-            rule[row], after[row] = _worker_gap(arrays, row, issuers)
-        else:
-            waker = _waker(arrays, row, ends, gpu_only=bool(sync[row]))
-            rule[row], after[row] = ("wait", waker) if waker >= 0 else ("work", -1)
+    waits = np.flatnonzero(rule == "wait")
+    for row in waits[worker[waits]]:
+        rule[row], after[row] = _worker_gap(arrays, row, issuers)
+    waits = waits[~worker[waits]]
+    wakers = _wakers(arrays, waits, ends, sync[waits].astype(bool))
+    rule[waits] = np.where(wakers >= 0, "wait", "work")
+    after[waits] = wakers
     rule[list(lanes.instance)] = "collective"
     iv["rule"], iv["after"] = rule, after
 
@@ -275,23 +288,34 @@ def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dic
     }
 
 
-def _waker(iv: _Arrays, row: int, ends: dict, gpu_only: bool) -> int:
-    """The interval on another lane of ``row``'s rank whose event ended closest to ``row``'s end:
-    after ``row`` began, at most the tolerance (or a hundredth of ``row``) before its end, and at most the tolerance or
-    ``row``'s own length after it (a span closed late), of an event that began before ``row``
-    ended (-1: none)."""
-    rank, lane, start, end = iv.rank[row], iv.lane[row], iv.start[row], iv.end[row]
-    if rank not in ends:
-        return -1
-    times, rows, lanes, gpu, began = ends[rank]
-    before = max(WAKE_TOLERANCE_US, LONG_WAIT_SHARE * (end - start))
-    lo = np.searchsorted(times, max(start, end - before), side="right")
-    hi = np.searchsorted(times, end + min(WAKE_TOLERANCE_US, end - start), side="right")
-    ok = (lanes[lo:hi] != lane) & (began[lo:hi] < end) & (gpu[lo:hi] if gpu_only else True)
-    if not ok.any():
-        return -1
-    distance = np.abs(times[lo:hi] - end) + np.where(times[lo:hi] > end, 0.5, 0.0)
-    return int(rows[lo:hi][ok][np.argmin(distance[ok])])
+def _wakers(iv: _Arrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray) -> np.ndarray:
+    """For each of ``rows``, the interval on another lane of its rank whose event ended closest
+    to the row's end (-1: none): after the row began, at most the tolerance (or a hundredth of
+    the row) before its end, and at most the tolerance or the row's own length after it (a span
+    closed late), of an event that began before the row ended (``gpu_only``: on a GPU lane).
+    An end after the row's counts half a microsecond farther; of equals, the earliest wins."""
+    found = np.full(len(rows), -1, dtype=np.int64)
+    for rank in np.unique(iv.rank[rows]):
+        if rank not in ends:
+            continue
+        times, their_rows, lanes, gpu, began = ends[rank]
+        for chunk in np.array_split(np.flatnonzero(iv.rank[rows] == rank), 1 + len(rows) // 20_000):
+            mine = rows[chunk]
+            start, end, lane = iv.start[mine], iv.end[mine], iv.lane[mine]
+            before = np.maximum(WAKE_TOLERANCE_US, LONG_WAIT_SHARE * (end - start))
+            lo = np.searchsorted(times, np.maximum(start, end - before), side="right")
+            hi = np.searchsorted(times, end + np.minimum(WAKE_TOLERANCE_US, end - start), side="right")  # fmt: skip
+            counts = np.maximum(hi - lo, 0)
+            owner = np.repeat(np.arange(len(mine)), counts)  # one row per (row, candidate)
+            at = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts - lo, counts)
+            late = times[at] > end[owner]
+            distance = np.abs(times[at] - end[owner]) + np.where(late, 0.5, 0.0)
+            ok = (lanes[at] != lane[owner]) & (began[at] < end[owner]) & (gpu[at] | ~gpu_only[chunk][owner])  # fmt: skip
+            order = np.lexsort((at, np.where(ok, distance, np.inf), owner))
+            first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
+            first = first[ok[first]]
+            found[chunk[owner[first]]] = their_rows[at[first]]
+    return found
 
 
 def _issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
@@ -328,12 +352,15 @@ def _main_lane_issuers(
     main lane that held the moment they started, where the issue must have come from."""
     found = dict(issuers)
     starts = iv.start
+    rows_of: dict[int, np.ndarray] = {}
     for row in np.flatnonzero(worker & (iv.event >= 0)):
         label = int(iv.event[row])
         lane = main.get(iv.rank[row])
         if label in found or lane is None:
             continue
-        mine = np.flatnonzero(iv.lane == lane)
+        mine = rows_of.get(lane)
+        if mine is None:
+            mine = rows_of[lane] = np.flatnonzero(iv.lane == lane)
         at = np.searchsorted(starts[mine], starts[row], side="left") - 1
         if at >= 0:
             found[label] = int(mine[at])
