@@ -117,10 +117,13 @@ test-offline: wheelhouse
 
 # Benchmarks of the trace layer (minutes; figures in README.md): the loader on 64 ranks of 8 MB,
 # then a run of 256 ranks of 32 MB (8 GB of JSON, generated once into $(BIG_RUN)) summarised
-# rank by rank, and the report command on it and on a lesson's run.
+# rank by rank (the critical path strung together from each rank's part included), and the
+# report command on it and on a lesson's run; the critical path and its replay error on every
+# recording and real trace with steps.
 BIG_RUN ?= /tmp/pdp-rank-by-rank
 benchmark: install
 	$(BIN)/python -m pip install -r benchmarks/requirements.txt
+	$(BIN)/python benchmarks/critical_path.py
 	$(BIN)/python benchmarks/bench_traces.py
 	$(BIN)/python benchmarks/rank_by_rank.py --ranks 256 --mb-per-rank 32 --folder $(BIG_RUN)
 	$(BIN)/python benchmarks/report_big_run.py --ranks 256 --mb-per-rank 32 --folder $(BIG_RUN)

@@ -2,7 +2,8 @@
 
 Generates ``--ranks`` traces of ``--mb-per-rank`` MB each (the shape of a CPU DDP trace, see
 synthetic_trace.py; kept in ``--folder`` and reused), then, each in a fresh process, measures
-``summarise_run`` with one worker and with two: the MB/s it read, and the peak resident memory
+``summarise_run`` with one worker and with two (each rank's chains of the critical path
+included, and the path strung from them): the MB/s it read, and the peak resident memory
 of the process and of its largest worker. For comparison it loads ``--compare-ranks`` of the
 ranks whole with ``load_run`` and prints the memory that took, and what the summary took for
 the same ranks. Every figure is measured in this one run; ratios are printed beside them.
@@ -39,11 +40,13 @@ if how in ("first", "again"):
     summary = summarise_run(files, workers=workers, progress=False)
     kept = int(sum(f.memory_usage(deep=True).sum() for f in (summary.steps, summary.collectives)))
     straggler = summary.find_straggler()
+    top = summary.path_summary().iloc[0]  # the critical path, strung from each rank's chains
+    held = f"rank {top['rank']}'s {top['kind']}, {top['ms_per_step']:.1f} ms per step"
 else:
     kept = int(load_run(files, workers=workers, cache=False, progress=False)
                .events.memory_usage(deep=True).sum())
-    straggler = None
-print(json.dumps({"seconds": time.perf_counter() - t0, "kept_bytes": kept,
+    straggler = held = None
+print(json.dumps({"seconds": time.perf_counter() - t0, "kept_bytes": kept, "held": held,
                   # VmHWM: this process's own peak (ru_maxrss would count the RSS of the
                   # benchmark that started it)
                   "self_kb": int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read())[1]),
@@ -120,7 +123,8 @@ def main() -> None:
             f"summarise_run, {label}, {workers} worker(s): {r['mb']:.0f} MB in "
             f"{r['seconds']:.1f} s = {r['mb_s']:.0f} MB/s; peak memory {r['peak_mb']:.0f} MB "
             f"(process {r['self_kb'] / 1024:.0f} MB, largest worker {r['child_kb'] / 1024:.0f} "
-            f"MB); kept {r['kept_bytes'] / 1e6:.0f} MB; straggler {r['straggler']}"
+            f"MB); kept {r['kept_bytes'] / 1e6:.0f} MB; straggler {r['straggler']}; most on the "
+            f"critical path: {r['held']}"
         )
     for workers in (1, 2):
         ratio = passes["again", workers]["seconds"] / passes["first", workers]["seconds"]

@@ -5,7 +5,8 @@ The work is the one ``helpers.summarise_run`` does on this machine, written once
 Dask: a Dask worker reads each rank's events from its Parquet cache (decoded from JSON and
 cached on the first pass) and reduces them to what the run-wide analyses need
 (``kept_of_file``), and the parts are joined into the same ``RunSummary`` (``summary_of``), whose
-``step_times()``, ``waiting_per_step()`` and ``find_straggler()`` are the series' own functions.
+``step_times()``, ``waiting_per_step()``, ``find_straggler()`` and ``path_summary()`` (the
+critical path, strung together from each rank's part of it) are the series' own functions.
 The trace files must be where every worker can read them (a shared file system).
 
     python examples/rank_by_rank_on_dask.py RUN_FOLDER                 # a local cluster (loopback)
@@ -53,6 +54,9 @@ def main() -> None:
     print("median step time per rank (ms):", summary.step_times().median().round(1).to_dict())
     print("median waiting per step (ms):", summary.waiting_per_step().median().round(1).to_dict())
     print("the rank the others wait for:", summary.find_straggler())
+    top = summary.path_summary().iloc[0]
+    print(f"most on the critical path: rank {top['rank']}'s {top['name']} ({top['kind']}), "
+          f"{top['ms_per_step']:.1f} ms per step")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ def test_a_dask_cluster_gives_the_same_tables_from_the_same_cached_files(tmp_pat
     pd.testing.assert_frame_equal(there.step_times(), here.step_times())
     pd.testing.assert_frame_equal(there.waiting_per_step(), here.waiting_per_step())
     assert there.find_straggler() == here.find_straggler()
+    pd.testing.assert_frame_equal(there.path_summary(), here.path_summary())
 
 
 def test_a_merged_file_in_the_run_folder_is_left_out_as_load_run_does(tmp_path):

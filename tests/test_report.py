@@ -77,11 +77,19 @@ def test_a_hung_step_and_its_unmatched_collectives_are_flagged_never_an_all_clea
     assert "Nothing stands out" not in " ".join(s.text for s in report.sections)
 
 
+def test_a_hung_step_is_left_out_of_what_held_the_usual_steps():
+    held = build_report(recorded_traces("hang")).section(HELD)
+    assert "Over the 2 steps of usual length (the long ones are below)" in held.text
+    assert held.table["on the path (ms)"].sum() < 100, "not the 3 s the hung step waited"
+
+
 def test_pointed_at_a_recording_the_report_skips_its_manifest_and_reads_the_traces(straggler_run):
     folder = recorded_traces("ddp-straggler").parent
     report = build_report(folder)
     assert [Path(p).name for p, _ in report.skipped] == ["recording.json"]
     assert report.glance["ranks found"] == "2: 0-1"
+    assert report.glance["trace files"].startswith("2 "), "the manifest is no trace file"
+    assert "folders" not in report.section("What the traces cannot tell").text
     assert any(
         "is not a trace" in s
         for s in report.section("What the traces cannot tell").text.split("\n")

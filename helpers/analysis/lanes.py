@@ -203,7 +203,9 @@ def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
         return frame
     pieces = np.maximum(last - first, 0) + 1
     of = np.repeat(np.arange(len(frame)), pieces)
-    k = np.arange(len(of)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece k of its interval
+    k = np.arange(len(of)) - np.repeat(
+        np.cumsum(pieces) - pieces, pieces
+    )  # piece k of its interval
     cut = np.repeat(first, pieces) + k  # the cut that ends piece k (if it is not the last)
     top = len(cuts) - 1
     return pd.DataFrame(
@@ -312,7 +314,9 @@ def _wakers(iv: _Arrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray) -> 
             distance = np.abs(times[at] - end[owner]) + np.where(late, 0.5, 0.0)
             ok = (lanes[at] != lane[owner]) & (began[at] < end[owner]) & (gpu[at] | ~gpu_only[chunk][owner])  # fmt: skip
             order = np.lexsort((at, np.where(ok, distance, np.inf), owner))
-            first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
+            first = (
+                order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
+            )
             first = first[ok[first]]
             found[chunk[owner[first]]] = their_rows[at[first]]
     return found

@@ -14,6 +14,7 @@ once; a chain that starts before a step's window is counted in proportion to its
 from __future__ import annotations
 
 import warnings
+from collections.abc import Collection
 
 import numpy as np
 import pandas as pd
@@ -165,11 +166,14 @@ def _pieces(rank, walks, cuts, walker, lanes, name) -> pd.DataFrame:
 
 
 def path_summary_of_chains(
-    chains: pd.DataFrame, steps: pd.DataFrame, collectives: pd.DataFrame
+    chains: pd.DataFrame,
+    steps: pd.DataFrame,
+    collectives: pd.DataFrame,
+    leave_out: Collection[int] = (),
 ) -> pd.DataFrame:
     """:func:`helpers.path_summary` by kind and name (``rank, kind, name, ms, ms_per_step,
     share``) from every rank's chains (:func:`rank_chains`), steps and collectives (as
-    :func:`helpers.summarise_run` keeps them)."""
+    :func:`helpers.summarise_run` keeps them), the steps in ``leave_out`` left out."""
     with warnings.catch_warnings():  # said once by the run's own collective_waits
         warnings.simplefilter("ignore", UserWarning)
         every = matched_collectives(collectives, None)
@@ -186,6 +190,8 @@ def path_summary_of_chains(
     totals: dict[tuple, dict[int, float]] = {}
     ends = steps.groupby(["step", "rank"])["end_us"].max()
     for step, lo, hi in step_windows(steps):
+        if step in leave_out:
+            continue
         rank = int(ends.loc[step].idxmax())
         chain, t = (rank, at_end.get((rank, step), -1), 0), hi
         while t > lo and chain in work:

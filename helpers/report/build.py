@@ -24,6 +24,7 @@ from ..analysis.lanes import lane_intervals
 from ..jobs.runs import show_path
 from ..traces import (
     NotATrace,
+    RunSummary,
     TraceError,
     distributed_info,
     load_run,
@@ -97,7 +98,7 @@ def build_report(
         with warnings.catch_warnings(record=True) as caught:  # said in the report instead
             warnings.simplefilter("always", UserWarning)
             read = reader(files, skip_bad, progress)
-            return _assemble(", ".join(show_path(p) for p in paths), files, read, caught)
+            return _assemble(", ".join(show_path(p) for p in paths), read, caught)
     except TraceError as err:
         raise ReportError(f"{err}{_what_to_do(err, skip_bad)}") from None
 
@@ -150,7 +151,8 @@ class _Read:
     gpu_without_launch: int = 0
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     whole: bool = True
-    path: pd.DataFrame | None = None  # read rank by rank: the path summary from each rank's chains
+    summary: RunSummary | None = None  # read rank by rank: what was kept of each rank
+    read: list[Path] = field(default_factory=list)  # the trace files whose events are here
 
 
 def _read_whole(files: list[Path], skip_bad: bool, progress: bool | None) -> _Read:
@@ -169,6 +171,7 @@ def _read_whole(files: list[Path], skip_bad: bool, progress: bool | None) -> _Re
         sorted({h.backend for h in headers if h.backend}),
         sum(h.gpu_events_without_launch for h in headers),
         skipped,
+        read=sorted({Path(h.path) for h in headers}),
     )
 
 
@@ -200,8 +203,7 @@ def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None)
         )
     world, backends = _same_job(files)
     events = pd.concat([summary.steps, summary.collectives], ignore_index=True)
-    path = summary.path_summary() if not summary.chains.empty else None
-    return _Read(events, summary.kind_ms, world, backends, skipped=skipped, whole=False, path=path)
+    return _Read(events, summary.kind_ms, world, backends, skipped=skipped, whole=False, summary=summary, read=summary.files)  # fmt: skip
 
 
 def _same_job(files: list[Path]) -> tuple[int | None, list[str]]:
@@ -225,14 +227,14 @@ def _same_job(files: list[Path]) -> tuple[int | None, list[str]]:
     return world, sorted(said["backend"])
 
 
-def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Report:
+def _assemble(source: str, read: _Read, caught: list) -> Report:
     """The report from what was read: the glance, then the sections in reading order."""
     events = read.events
     ranks = sorted(int(r) for r in events["rank"].unique())
     steps = events[events["kind"] == "step"]
     has_steps = not steps.empty
     gpu = "gpu kernel" in read.kinds.columns and bool(read.kinds["gpu kernel"].sum() > 0)
-    glance = _glance(files, ranks, read.world, read.backends)
+    glance = _glance(read.read, ranks, read.world, read.backends)
     glance["device"] = "GPU (CUDA kernels in the traces)" if gpu else "CPU (no GPU kernels)"
     glance["steps"] = _steps_text(steps)
     glance["time covered"] = f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s"
@@ -243,8 +245,8 @@ def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Repo
     held = []
     if has_steps and read.whole:
         held = [held_section(events, lane_intervals(events), times)]
-    elif has_steps and read.path is not None and not read.path.empty:
-        held = [held_section_of_summary(read.path, events, times)]
+    elif has_steps and read.summary is not None and not read.summary.chains.empty:
+        held = [held_section_of_summary(read.summary, times)]
     sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
     if gpu and read.whole:
@@ -256,7 +258,7 @@ def _assemble(source: str, files: list[Path], read: _Read, caught: list) -> Repo
         ranks=ranks,
         world_size=read.world,
         has_steps=has_steps,
-        folders=len({f.parent for f in files}),
+        folders=len({f.parent for f in read.read}),
         gpu_without_launch=read.gpu_without_launch,
         skipped=[(show_path(p), why) for p, why in read.skipped],
         notes=_notes(caught),

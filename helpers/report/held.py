@@ -11,6 +11,7 @@ from ..analysis import path_summary, unmatched_collectives, what_if
 from ..analysis.critical_path import path_of
 from ..analysis.lanes import Lanes
 from ..drawing import plot_critical_path
+from ..traces import RunSummary
 from .sections import Section, _png
 
 __all__ = ["HELD", "held_section", "held_section_of_summary", "LONG_STEP"]
@@ -30,8 +31,9 @@ def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Sec
     path = path_of(lanes, events)
     per_step = times.median(axis=1)
     median_ms = float(per_step.median())
-    ops = path_summary(path, ["kind", "name"])
-    text = [_most_of_it(ops.iloc[0], len(per_step)) + " Fix that first; the table has the next."]
+    long = _long(per_step)
+    ops = path_summary(path[~path["step"].isin(long)] if len(long) < len(per_step) else path, ["kind", "name"])  # fmt: skip
+    text = [_most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next."]
     text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
     text += _long_steps(per_step, path)
     text += _unmatched(events)
@@ -40,30 +42,36 @@ def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Sec
     return Section(HELD, "\n".join(t for t in text if t), _table(ops), figure, alt)
 
 
-def held_section_of_summary(
-    ops: pd.DataFrame, events: pd.DataFrame, times: pd.DataFrame
-) -> Section:
-    """The section of a run read rank by rank: from the path summary strung together from each
-    rank's chains (``RunSummary.path_summary()``), the steps and collectives of every rank
-    (``events``) and the step times; without the figure and the what-if, which need every event
-    of the ranks at once."""
+def held_section_of_summary(summary: RunSummary, times: pd.DataFrame) -> Section:
+    """The section of a run read rank by rank (``summary``, :func:`helpers.summarise_run`'s):
+    the path strung together from each rank's chains, the long steps, the collectives that do
+    not match; without the figure and the what-if, which need every event of the ranks at once."""
     per_step = times.median(axis=1)
+    long = _long(per_step)
+    ops = summary.path_summary(leave_out=long if len(long) < len(per_step) else ())
     text = [
-        _most_of_it(ops.iloc[0], len(per_step)) + " Fix that first; the table has the next. "
+        _most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next. "
         "It was strung together from each rank's part of the path, the run being too large to "
         "load whole: for the figure and the what-if, run the report on the files of the ranks "
         "the table names."
     ]
     text += _long_steps(per_step, None)
-    text += _unmatched(events)
+    text += _unmatched(pd.concat([summary.steps, summary.collectives], ignore_index=True))
     return Section(HELD, "\n".join(text), _table(ops))
 
 
-def _most_of_it(top: pd.Series, steps: int) -> str:
+def _long(per_step: pd.Series) -> list[int]:
+    """The steps far longer than the median (a stall or a hang), which the table leaves out."""
+    return [int(s) for s in per_step[per_step > LONG_STEP * per_step.median()].index]
+
+
+def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
     """The sentence that names the heaviest op on the path (``top``, a row of path_summary)."""
+    usual = len(per_step) - len(long) if len(long) < len(per_step) else len(per_step)
+    over = f"the {usual} steps" + (" of usual length (the long ones are below)" if usual < len(per_step) else "")  # fmt: skip
     return (
         f"Each step's critical path is the chain of work, across the ranks, that decided when "
-        f"the step ended (lesson 11). Over the {steps} steps, most of it is rank "
+        f"the step ended (lesson 11). Over {over}, most of it is rank "
         f"{int(top['rank'])}'s `{_short(top['name'])}` ({top['kind']}): {top['ms']:.1f} ms in "
         f"all, {top['ms_per_step']:.1f} ms per step (median), {top['share']:.0%} of the path."
     )
@@ -108,7 +116,8 @@ def _long_steps(per_step: pd.Series, path: pd.DataFrame | None) -> list[str]:
     ``path``, what held it)."""
     median = float(per_step.median())
     said = []
-    for step, ms in per_step[per_step > LONG_STEP * median].items():
+    for step in _long(per_step):
+        ms = float(per_step[step])
         sentence = (
             f"Step {step} took {ms:.0f} ms, {ms / median:.0f} times the median step "
             f"({median:.1f} ms): a stall or a hang, not a slow rank."

@@ -89,10 +89,11 @@ class RunSummary:
         """:func:`helpers.find_straggler` of the whole run."""
         return find_straggler(self.collectives, names)
 
-    def path_summary(self) -> pd.DataFrame:
+    def path_summary(self, leave_out: Sequence[int] = ()) -> pd.DataFrame:
         """:func:`helpers.path_summary` by kind and name of the run's critical path, strung
-        together from each rank's chains (:mod:`helpers.analysis.path_by_rank`)."""
-        return path_summary_of_chains(self.chains, self.steps, self.collectives)
+        together from each rank's chains (:mod:`helpers.analysis.path_by_rank`); the steps in
+        ``leave_out`` left out."""
+        return path_summary_of_chains(self.chains, self.steps, self.collectives, leave_out)
 
 
 def rank_events(path: str | Path, cache: bool = True, rank: int | None = None) -> pd.DataFrame:
