@@ -72,6 +72,15 @@ def test_a_transfer_that_moves_the_path_says_to_which_rank(one_collective):
     assert path["to_rank"].isna().sum() == len(path) - 1
 
 
+def test_the_figure_draws_the_path_and_its_legend_names_only_the_marks_drawn(one_collective):
+    from helpers import plot_critical_path
+
+    fig = plot_critical_path(one_collective, critical_path(one_collective), 1)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "critical path" in legend and "path changes rank" in legend
+    assert "path: waiting to start" not in legend, "no lane waited on this path"
+
+
 def test_the_last_arrival_not_the_longest_duration_decides(tmp_path, write, kineto):
     # rank 0 arrives first and waits longest: its duration is the longest, it is not the cause
     rank0 = [step(0, 500), X("aten::mm", 1, 0, 100), gloo("all_reduce", 100, 300), X("aten::add", 1, 400, 100)]  # fmt: skip

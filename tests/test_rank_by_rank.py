@@ -208,3 +208,26 @@ def test_the_critical_path_strung_from_a_real_gpu_ranks_chains_matches_its_whole
 def test_a_recordings_manifest_is_left_out_of_a_run_read_rank_by_rank():
     summary = summarise_run(_recording("ddp"), workers=1, cache=False, progress=False)
     assert summary.files and "recording.json" not in {p.name for p in summary.files}
+
+
+@pytest.mark.parametrize(
+    "experiment, skew_ms",
+    [("ddp-straggler", 5), ("ddp-straggler", 20), ("fsdp-straggler", -5), ("fsdp-straggler", 20)],
+    ids=["ddp, rank 1 5 ms ahead", "ddp, 20 ms ahead", "fsdp, 5 ms behind", "fsdp, 20 ms ahead"],
+)
+def test_the_path_strung_rank_by_rank_covers_every_step_when_the_clocks_disagree(
+    experiment, skew_ms
+):
+    """A rank's arrival read on another clock can come after the moment the walk reached the
+    collective: the path must not go back up in time (it counted some time twice, or looped)."""
+    from helpers import step_windows
+    from helpers.traces.rank_by_rank import kept_of_rank, summary_of
+
+    events = load_run(_recording(experiment), cache=False).events
+    parts = []
+    for rank, mine in events.groupby("rank"):
+        shift = skew_ms * 1e3 if rank == 1 else 0.0  # as two machines' clocks could disagree
+        parts.append(kept_of_rank(mine.assign(start_us=mine["start_us"] + shift, end_us=mine["end_us"] + shift)))  # fmt: skip
+    summary = summary_of(parts)
+    walls_ms = sum(hi - lo for _, lo, hi in step_windows(summary.steps)) / 1e3
+    assert summary.path_summary()["ms"].sum() == pytest.approx(walls_ms, rel=1e-6)

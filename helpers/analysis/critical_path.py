@@ -120,7 +120,9 @@ class _Walker:
 
     def walk(self, step: int, lane: int, t: float, lo: float, rows: list) -> tuple | None:
         """Walk back from ``t`` on ``lane`` to ``lo``, adding segments to ``rows`` (latest
-        first); returns where it stopped when a collective stops it (:class:`_RankWalker`)."""
+        first); None at ``lo`` or the lane's beginning, else ``(row, moment, why)`` where a
+        subclass stopped it (:class:`~helpers.analysis.path_by_rank._RankWalker`: ``"stop"`` at
+        a collective, ``"join"`` where an earlier walk went on)."""
         seen: set[tuple[int, float]] = set()
         row = -1
         while t > lo:

@@ -238,7 +238,7 @@ def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
             continue
         lanes.keys.update(dict.fromkeys(rows, key))
         lanes.arrivals[number] = rows
-        lanes.transfer_us[number] = min(durations)
+        lanes.transfer_us[number] = min((d for d in durations if d == d), default=np.nan)
         lanes.instance.update(dict.fromkeys(rows, number))
 
 
@@ -290,33 +290,38 @@ def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dic
     }
 
 
+#: The most (waiting interval, candidate waker) pairs :func:`_wakers` looks at in one go.
+_PAIRS_AT_ONCE = 2_000_000
+
+
 def _wakers(iv: _Arrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray) -> np.ndarray:
     """For each of ``rows``, the interval on another lane of its rank whose event ended closest
     to the row's end (-1: none): after the row began, at most the tolerance (or a hundredth of
     the row) before its end, and at most the tolerance or the row's own length after it (a span
     closed late), of an event that began before the row ended (``gpu_only``: on a GPU lane).
-    An end after the row's counts half a microsecond farther; of equals, the earliest wins."""
+    An end after the row's counts half a microsecond farther; of equal ones, the one first in
+    ``ends``' order wins."""
     found = np.full(len(rows), -1, dtype=np.int64)
     for rank in np.unique(iv.rank[rows]):
         if rank not in ends:
             continue
         times, their_rows, lanes, gpu, began = ends[rank]
-        for chunk in np.array_split(np.flatnonzero(iv.rank[rows] == rank), 1 + len(rows) // 20_000):
-            mine = rows[chunk]
-            start, end, lane = iv.start[mine], iv.end[mine], iv.lane[mine]
-            before = np.maximum(WAKE_TOLERANCE_US, LONG_WAIT_SHARE * (end - start))
-            lo = np.searchsorted(times, np.maximum(start, end - before), side="right")
-            hi = np.searchsorted(times, end + np.minimum(WAKE_TOLERANCE_US, end - start), side="right")  # fmt: skip
-            counts = np.maximum(hi - lo, 0)
-            owner = np.repeat(np.arange(len(mine)), counts)  # one row per (row, candidate)
-            at = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts - lo, counts)
-            late = times[at] > end[owner]
-            distance = np.abs(times[at] - end[owner]) + np.where(late, 0.5, 0.0)
-            ok = (lanes[at] != lane[owner]) & (began[at] < end[owner]) & (gpu[at] | ~gpu_only[chunk][owner])  # fmt: skip
+        mine = np.flatnonzero(iv.rank[rows] == rank)  # positions in rows
+        start, end = iv.start[rows[mine]], iv.end[rows[mine]]
+        before = np.maximum(WAKE_TOLERANCE_US, LONG_WAIT_SHARE * (end - start))
+        lo = np.searchsorted(times, np.maximum(start, end - before), side="right")
+        hi = np.searchsorted(times, end + np.minimum(WAKE_TOLERANCE_US, end - start), side="right")
+        counts = np.maximum(hi - lo, 0)
+        bounds = np.searchsorted(np.cumsum(counts), np.arange(_PAIRS_AT_ONCE, counts.sum(), _PAIRS_AT_ONCE))  # fmt: skip
+        for part in np.split(np.arange(len(mine)), bounds):
+            chunk, n = mine[part], counts[part]
+            owner = np.repeat(np.arange(len(chunk)), n)  # one row per (row, candidate)
+            at = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n - lo[part], n)
+            this_end, this_lane = iv.end[rows[chunk]][owner], iv.lane[rows[chunk]][owner]
+            distance = np.abs(times[at] - this_end) + np.where(times[at] > this_end, 0.5, 0.0)
+            ok = (lanes[at] != this_lane) & (began[at] < this_end) & (gpu[at] | ~gpu_only[chunk][owner])  # fmt: skip
             order = np.lexsort((at, np.where(ok, distance, np.inf), owner))
-            first = (
-                order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
-            )
+            first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order  # fmt: skip
             first = first[ok[first]]
             found[chunk[owner[first]]] = their_rows[at[first]]
     return found

@@ -7,8 +7,8 @@ collective arrival of the rank, the local walk of :func:`helpers.critical_path` 
 the collective that stops it, and only its sum per kind and op is kept, a *chain*. Then
 :func:`path_summary_of_chains` strings the chains of all ranks together, step by step, through
 each collective's last arrival (read from the collectives every rank keeps anyway), and gives the
-table :func:`helpers.path_summary` gives for a run loaded whole. No rank's events are needed at
-once; a chain that starts before a step's window is counted in proportion to its part in it.
+table :func:`helpers.path_summary` gives for a run loaded whole. No two ranks' events are held
+at once; a chain that starts before a step's window is counted in proportion to its part in it.
 """
 
 from __future__ import annotations
@@ -93,11 +93,10 @@ def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
         if stopped is not None and stopped[2] == "join":
             joined, at, _ = walker.owner[stopped[0]]
             cuts.setdefault(joined, set()).add((at, stopped[1]))
-    label_of = events.index.get_indexer([s[2] for _, segs, _ in walks for s in segs])
-    return _pieces(rank, walks, cuts, walker, lanes, _namer(events, label_of))
+    return _pieces(rank, walks, cuts, walker, lanes, _namer(events))
 
 
-def _namer(events: pd.DataFrame, positions: np.ndarray):
+def _namer(events: pd.DataFrame):
     """``(kind, name)`` of a segment, by its label, as :func:`helpers.critical_path` names it."""
     names = event_names(events).to_numpy()
     kinds = events["kind"].astype(str).to_numpy()
@@ -122,8 +121,8 @@ def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> 
     it; latest first): one ``(segments, stop)`` per piece, ``end`` the walk's last moment."""
     pieces, piece, at = [], [], 0
     for position, moment in cuts:
-        while at < min(position, len(segments)):
-            piece.append(segments[at])
+        while at < len(segments) and (at < position or segments[at][3] >= moment):
+            piece.append(segments[at])  # above the cut
             at += 1
         if at < len(segments) and segments[at][3] < moment < segments[at][4]:
             head = segments[at]
@@ -173,54 +172,82 @@ def path_summary_of_chains(
 ) -> pd.DataFrame:
     """:func:`helpers.path_summary` by kind and name (``rank, kind, name, ms, ms_per_step,
     share``) from every rank's chains (:func:`rank_chains`), steps and collectives (as
-    :func:`helpers.summarise_run` keeps them), the steps in ``leave_out`` left out."""
-    with warnings.catch_warnings():  # said once by the run's own collective_waits
-        warnings.simplefilter("ignore", UserWarning)
-        every = matched_collectives(collectives, None)
-    matched = _on_every_rank(every)
-    arrive = {(k, i, int(r)): s for k, i, r, s in zip(matched["key"], matched["index"], matched["rank"], matched["start_us"])}  # fmt: skip
-    ranks_of = matched.groupby(["key", "index"])["rank"].agg(list).to_dict()
-    names_of = dict(zip(zip(every["key"], every["index"]), every["name"].astype(str)))
-    work = {c: g for c, g in chains.groupby(["rank", "walk", "begin"])}
-    head = chains.drop_duplicates(["rank", "walk", "begin"]).set_index(["rank", "walk", "begin"])
-    firsts = head.reset_index()
-    firsts = firsts[firsts["begin"] == 0]
-    at_end = {(int(r), int(s)): int(w) for r, s, w, o in zip(firsts["rank"], firsts["step"], firsts["walk"], firsts["origin"]) if o == "end"}  # fmt: skip
-    at_arrival = {(int(r), k, int(i)): int(w) for r, k, i, w, o in zip(firsts["rank"], firsts["key"], firsts["index"], firsts["walk"], firsts["origin"]) if o == "arrival"}  # fmt: skip
+    :func:`helpers.summarise_run` keeps them: the collectives numbered as each rank's own
+    :func:`helpers.matched_collectives` numbers them), the steps in ``leave_out`` left out."""
+    links = _Links(chains, collectives)
     totals: dict[tuple, dict[int, float]] = {}
     ends = steps.groupby(["step", "rank"])["end_us"].max()
     for step, lo, hi in step_windows(steps):
-        if step in leave_out:
-            continue
-        rank = int(ends.loc[step].idxmax())
-        chain, t = (rank, at_end.get((rank, step), -1), 0), hi
-        while t > lo and chain in work:
-            info = head.loc[chain]
-            stop = float(info["stop_us"])
-            share = 1.0 if stop >= lo else (t - lo) / (t - stop) if t > stop else 0.0
-            for kind, name, us in zip(work[chain]["kind"], work[chain]["name"], work[chain]["us"]):
-                _add(totals, (rank, kind, name), step, us * share)
-            if stop <= lo:
-                break
-            if info["to_walk"] >= 0:  # the rest of an earlier walk of the same rank
-                chain, t = (rank, int(info["to_walk"]), int(info["to_begin"])), stop
-                continue
-            if info["to_key"] == "":  # the rank's trace begins: untraced until the window's
-                _add(totals, (rank, "untraced", "(untraced)"), step, stop - lo)
-                break
-            key, index = info["to_key"], int(info["to_index"])
-            walk = at_arrival.get((rank, key, index), -1)
-            # a collective not matched on every rank holds this rank alone, from its arrival on
-            alone = float(head.loc[(rank, walk, 0), "start_us"]) if walk >= 0 else stop
-            mine = arrive.get((key, index, rank), alone)
-            last = max(ranks_of.get((key, index), [rank]), key=lambda r: arrive.get((key, index, int(r)), -np.inf))  # fmt: skip
-            begin = arrive.get((key, index, int(last)), mine)
-            if int(last) == rank or begin <= mine:
-                last, begin = rank, mine
-            _add(totals, (int(last), "communication", names_of.get((key, index), key)), step, max(stop - max(begin, lo), 0.0))  # fmt: skip
-            rank, t = int(last), begin
-            chain = (rank, at_arrival.get((rank, key, index), -1), 0)
+        if step not in leave_out:
+            links.string(totals, step, int(ends.loc[step].idxmax()), lo, hi)
     return _table(totals)
+
+
+class _Links:
+    """The chains of every rank, and the collectives' arrivals that string them together."""
+
+    def __init__(self, chains: pd.DataFrame, collectives: pd.DataFrame):
+        with warnings.catch_warnings():  # said once by the run's own collective_waits
+            warnings.simplefilter("ignore", UserWarning)
+            every = matched_collectives(collectives, None)
+        matched = _on_every_rank(every)
+        self.arrive = {(k, i, int(r)): s for k, i, r, s in zip(matched["key"], matched["index"], matched["rank"], matched["start_us"])}  # fmt: skip
+        self.ranks_of = matched.groupby(["key", "index"])["rank"].agg(list).to_dict()
+        self.names_of = dict(zip(zip(every["key"], every["index"]), every["name"].astype(str)))
+        # the chains' rows sorted by (rank, walk, begin), each chain a slice of them: no frame
+        # per chain (a run of hundreds of ranks has hundreds of thousands of chains)
+        rows = chains.sort_values(["rank", "walk", "begin"], kind="stable")
+        ids = [rows[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
+        first = np.flatnonzero(np.r_[True, (np.diff(np.stack(ids), axis=1) != 0).any(axis=0)])
+        self.bounds = np.r_[first, len(rows)]
+        self.chain_of = {(int(r), int(w), int(b)): g for g, (r, w, b) in enumerate(zip(*(i[first] for i in ids)))}  # fmt: skip
+        heads = rows.iloc[first]
+        self.head = {c: heads[c].to_numpy() for c in ("start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index")}  # fmt: skip
+        self.kind, self.name = rows["kind"].to_numpy(), rows["name"].to_numpy()
+        self.us = rows["us"].to_numpy(float)
+        starts = heads[heads["begin"].to_numpy() == 0]
+        self.at_end = {(int(r), int(s)): int(w) for r, s, w, o in zip(starts["rank"], starts["step"], starts["walk"], starts["origin"]) if o == "end"}  # fmt: skip
+        self.at_arrival = {(int(r), k, int(i)): int(w) for r, k, i, w, o in zip(starts["rank"], starts["key"], starts["index"], starts["walk"], starts["origin"]) if o == "arrival"}  # fmt: skip
+
+    def string(self, totals: dict, step: int, rank: int, lo: float, hi: float) -> None:
+        """Add ``step``'s path, from its end ``hi`` on ``rank`` back to ``lo``, to ``totals``:
+        each chain's work in proportion to its part of ``(lo, t]``; what no chain covers (a
+        rank's trace begins, a chain missing) is that rank's untraced time, never lost."""
+        chain, t, seen = (rank, self.at_end.get((rank, step), -1), 0), hi, set()
+        while t > lo and chain in self.chain_of and chain not in seen:
+            seen.add(chain)
+            g = self.chain_of[chain]
+            start, stop = float(self.head["start_us"][g]), float(self.head["stop_us"][g])
+            share = 1.0 if start <= stop else max(min(t, start) - max(stop, lo), 0.0) / (start - stop)  # fmt: skip
+            for at in range(self.bounds[g], self.bounds[g + 1]):
+                _add(totals, (rank, self.kind[at], self.name[at]), step, self.us[at] * share)
+            t = max(min(t, stop), lo)
+            key, index = self.head["to_key"][g], int(self.head["to_index"][g])
+            if self.head["to_walk"][g] >= 0:  # the rest of an earlier walk of the same rank
+                chain = (rank, int(self.head["to_walk"][g]), int(self.head["to_begin"][g]))
+            elif key != "":
+                rank, t = self._across(totals, step, rank, key, index, t, lo)
+                chain = (rank, self.at_arrival.get((rank, key, index), -1), 0)
+            else:
+                break  # the rank's trace begins
+        if t > lo:
+            _add(totals, (rank, "untraced", "(untraced)"), step, t - lo)
+
+    def _across(self, totals: dict, step: int, rank: int, key: str, index: int, t: float, lo: float) -> tuple[int, float]:  # fmt: skip
+        """The collective ``key``/``index`` that ``rank``'s walk reached at ``t``: its transfer
+        from the last arrival on (never after ``t``) added; the rank and moment the path goes on
+        from."""
+        walk = self.at_arrival.get((rank, key, index), -1)
+        # a collective not matched on every rank holds this rank alone, from its arrival on
+        alone = float(self.head["start_us"][self.chain_of[(rank, walk, 0)]]) if walk >= 0 else t
+        mine = min(self.arrive.get((key, index, rank), alone), t)
+        walked = [int(r) for r in self.ranks_of.get((key, index), []) if (int(r), key, index) in self.at_arrival]  # fmt: skip
+        last = max(walked, key=lambda r: self.arrive[(key, index, r)], default=rank)
+        begin = min(self.arrive.get((key, index, last), mine), t)
+        if last == rank or begin <= mine:
+            last, begin = rank, mine
+        _add(totals, (last, "communication", self.names_of.get((key, index), key)), step, t - max(begin, lo))  # fmt: skip
+        return last, begin
 
 
 def _add(totals: dict, where: tuple, step: int, us: float) -> None:

@@ -49,7 +49,8 @@ def plot_critical_path(
     drawn over it: a thick black line under each lane while the path is on it (dotted where the
     lane waited to be started or woken, or had no event, for a hundredth of the step or more),
     joined where it moves between lanes,
-    and a white-edged diamond where it moves to another rank. Returns the figure."""
+    and a white-edged diamond where it moves to another rank; the legend names only the marks
+    drawn. Returns the figure."""
     mine = path[path["step"] == step].sort_values("start_us")
     if mine.empty:
         raise ValueError(f"step={step}: the path has no segment in that step; its steps: {sorted(path['step'].unique())}")  # fmt: skip
@@ -79,11 +80,11 @@ def plot_critical_path(
     handles, labels = ax.get_legend_handles_labels()
     legend = ax.get_legend()
     kinds = [(h, t.get_text()) for h, t in zip(legend.legend_handles, legend.get_texts())]
-    extra = [
-        (Line2D([], [], color=PATH_COLOUR, linewidth=2.2), "critical path"),
-        (Line2D([], [], color=PATH_COLOUR, linewidth=2.2, linestyle=":"), "path: waiting to start"),
-        (Line2D([], [], color=PATH_COLOUR, marker="D", linestyle="", markeredgecolor="white"), "path changes rank"),
-    ]  # fmt: skip
+    extra = [(Line2D([], [], color=PATH_COLOUR, linewidth=2.2), "critical path")]
+    if dotted.any():
+        extra.append((Line2D([], [], color=PATH_COLOUR, linewidth=2.2, linestyle=":"), "path: waiting to start"))  # fmt: skip
+    if (ranks[1:] != ranks[:-1]).any():
+        extra.append((Line2D([], [], color=PATH_COLOUR, marker="D", linestyle="", markeredgecolor="white"), "path changes rank"))  # fmt: skip
     items = kinds + extra
     ax.legend([h for h, _ in items], [t for _, t in items], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)  # fmt: skip

@@ -246,7 +246,7 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
     if has_steps and read.whole:
         held = [held_section(events, lane_intervals(events), times)]
     elif has_steps and read.summary is not None and not read.summary.chains.empty:
-        held = [held_section_of_summary(read.summary, times)]
+        held = [s for s in [held_section_of_summary(read.summary, events, times)] if s is not None]
     sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
     if gpu and read.whole:

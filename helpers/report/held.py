@@ -32,7 +32,7 @@ def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Sec
     per_step = times.median(axis=1)
     median_ms = float(per_step.median())
     long = _long(per_step)
-    ops = path_summary(path[~path["step"].isin(long)] if len(long) < len(per_step) else path, ["kind", "name"])  # fmt: skip
+    ops = path_summary(path[~path["step"].isin(long)], ["kind", "name"])
     text = [_most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next."]
     text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
     text += _long_steps(per_step, path)
@@ -42,13 +42,18 @@ def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Sec
     return Section(HELD, "\n".join(t for t in text if t), _table(ops), figure, alt)
 
 
-def held_section_of_summary(summary: RunSummary, times: pd.DataFrame) -> Section:
-    """The section of a run read rank by rank (``summary``, :func:`helpers.summarise_run`'s):
-    the path strung together from each rank's chains, the long steps, the collectives that do
-    not match; without the figure and the what-if, which need every event of the ranks at once."""
+def held_section_of_summary(
+    summary: RunSummary, events: pd.DataFrame, times: pd.DataFrame
+) -> Section | None:
+    """The section of a run read rank by rank (``summary``, :func:`helpers.summarise_run`'s;
+    ``events``, the steps and collectives it kept): the path strung together from each rank's
+    chains, the long steps, the collectives that do not match; without the figure and the
+    what-if, which need every event of the ranks at once. None when no path could be strung."""
     per_step = times.median(axis=1)
     long = _long(per_step)
-    ops = summary.path_summary(leave_out=long if len(long) < len(per_step) else ())
+    ops = summary.path_summary(leave_out=long)
+    if ops.empty:
+        return None
     text = [
         _most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next. "
         "It was strung together from each rank's part of the path, the run being too large to "
@@ -56,18 +61,19 @@ def held_section_of_summary(summary: RunSummary, times: pd.DataFrame) -> Section
         "the table names."
     ]
     text += _long_steps(per_step, None)
-    text += _unmatched(pd.concat([summary.steps, summary.collectives], ignore_index=True))
+    text += _unmatched(events)
     return Section(HELD, "\n".join(text), _table(ops))
 
 
 def _long(per_step: pd.Series) -> list[int]:
-    """The steps far longer than the median (a stall or a hang), which the table leaves out."""
+    """The steps far longer than the median (a stall or a hang), which the table leaves out
+    (never most of the steps: each is over the median)."""
     return [int(s) for s in per_step[per_step > LONG_STEP * per_step.median()].index]
 
 
 def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
     """The sentence that names the heaviest op on the path (``top``, a row of path_summary)."""
-    usual = len(per_step) - len(long) if len(long) < len(per_step) else len(per_step)
+    usual = len(per_step) - len(long)
     over = f"the {usual} steps" + (" of usual length (the long ones are below)" if usual < len(per_step) else "")  # fmt: skip
     return (
         f"Each step's critical path is the chain of work, across the ranks, that decided when "
