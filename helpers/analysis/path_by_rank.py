@@ -14,17 +14,18 @@ at once; a chain that starts before a step's window is counted in proportion to 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from .collectives import _on_every_rank, matched_collectives
 from .critical_path import _Walker, step_windows
 from .kinds import event_names
 from .lanes import Lanes, lane_intervals
 
-__all__ = ["rank_chains", "path_summary_of_chains", "CHAIN_COLUMNS"]
+__all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLUMNS"]
 
 #: One row per chain and (kind, name) of work on it. A chain is a piece of one walk (``walk``,
 #: from its segment ``begin``); a walk starts at the end of a ``step`` or at the ``arrival`` at
@@ -32,6 +33,7 @@ __all__ = ["rank_chains", "path_summary_of_chains", "CHAIN_COLUMNS"]
 #: chain covers, and what follows it: another chain (``to_walk``/``to_begin``), a collective
 #: (``to_key``/``to_index``), or nothing (-1 and "").
 CHAIN_COLUMNS = ["rank", "walk", "begin", "origin", "step", "key", "index", "start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index", "kind", "name", "us"]  # fmt: skip
+_TEXT = ["origin", "key", "to_key", "kind", "name"]  # categorical
 
 
 class _RankWalker(_Walker):
@@ -161,7 +163,18 @@ def _pieces(rank, walks, cuts, walker, lanes, name) -> pd.DataFrame:
             for (kind, nm), us in (sums or {("untraced", "(untraced)"): 0.0}).items():
                 rows.append((rank, number, begin, origin, step, key, index, start_t, stop, *then, kind, nm, us))  # fmt: skip
             start_t = stop
-    return pd.DataFrame(rows, columns=CHAIN_COLUMNS)
+    numbers = dict.fromkeys(["rank", "walk", "begin", "step", "index", "to_walk", "to_begin", "to_index"], "int32")  # fmt: skip
+    return pd.DataFrame(rows, columns=CHAIN_COLUMNS).astype({**dict.fromkeys(_TEXT, "category"), **numbers})  # fmt: skip
+
+
+def concat_chains(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Several ranks' chains in one frame, their text columns categorical over all of them (a
+    run of hundreds of ranks has millions of rows of a few hundred names)."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=CHAIN_COLUMNS)
+    kinds = {c: pd.CategoricalDtype(union_categoricals([f[c].astype("category") for f in frames]).categories) for c in _TEXT}  # fmt: skip
+    return pd.concat([f.astype(kinds) for f in frames], ignore_index=True)
 
 
 def path_summary_of_chains(
@@ -194,17 +207,20 @@ class _Links:
         self.arrive = {(k, i, int(r)): s for k, i, r, s in zip(matched["key"], matched["index"], matched["rank"], matched["start_us"])}  # fmt: skip
         self.ranks_of = matched.groupby(["key", "index"])["rank"].agg(list).to_dict()
         self.names_of = dict(zip(zip(every["key"], every["index"]), every["name"].astype(str)))
-        # the chains' rows sorted by (rank, walk, begin), each chain a slice of them: no frame
-        # per chain (a run of hundreds of ranks has hundreds of thousands of chains)
-        rows = chains.sort_values(["rank", "walk", "begin"], kind="stable")
-        ids = [rows[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
+        # the chains' rows in (rank, walk, begin) order, each chain a slice of them: no frame per
+        # chain (a run of hundreds of ranks has hundreds of thousands of chains)
+        ids = [chains[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
+        order = np.lexsort(ids[::-1])
+        ids = [i[order] for i in ids]
         first = np.flatnonzero(np.r_[True, (np.diff(np.stack(ids), axis=1) != 0).any(axis=0)])
-        self.bounds = np.r_[first, len(rows)]
+        self.bounds = np.r_[first, len(order)]
         self.chain_of = {(int(r), int(w), int(b)): g for g, (r, w, b) in enumerate(zip(*(i[first] for i in ids)))}  # fmt: skip
-        heads = rows.iloc[first]
+        heads = chains.iloc[order[first]]
         self.head = {c: heads[c].to_numpy() for c in ("start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index")}  # fmt: skip
-        self.kind, self.name = rows["kind"].to_numpy(), rows["name"].to_numpy()
-        self.us = rows["us"].to_numpy(float)
+        text = {c: chains[c].astype("category") for c in ("kind", "name")}
+        self.kind, self.name = (text[c].cat.codes.to_numpy()[order] for c in ("kind", "name"))
+        self.kinds, self.names = (text[c].cat.categories.to_numpy() for c in ("kind", "name"))
+        self.us = chains["us"].to_numpy(float)[order]
         starts = heads[heads["begin"].to_numpy() == 0]
         self.at_end = {(int(r), int(s)): int(w) for r, s, w, o in zip(starts["rank"], starts["step"], starts["walk"], starts["origin"]) if o == "end"}  # fmt: skip
         self.at_arrival = {(int(r), k, int(i)): int(w) for r, k, i, w, o in zip(starts["rank"], starts["key"], starts["index"], starts["walk"], starts["origin"]) if o == "arrival"}  # fmt: skip
@@ -220,7 +236,8 @@ class _Links:
             start, stop = float(self.head["start_us"][g]), float(self.head["stop_us"][g])
             share = 1.0 if start <= stop else max(min(t, start) - max(stop, lo), 0.0) / (start - stop)  # fmt: skip
             for at in range(self.bounds[g], self.bounds[g + 1]):
-                _add(totals, (rank, self.kind[at], self.name[at]), step, self.us[at] * share)
+                where = (rank, self.kinds[self.kind[at]], self.names[self.name[at]])
+                _add(totals, where, step, self.us[at] * share)
             t = max(min(t, stop), lo)
             key, index = self.head["to_key"][g], int(self.head["to_index"][g])
             if self.head["to_walk"][g] >= 0:  # the rest of an earlier walk of the same rank

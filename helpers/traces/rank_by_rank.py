@@ -36,7 +36,7 @@ from ._workers import each_in_processes, worker_failure
 from ..analysis import step_times, time_per_kind
 from ..analysis.collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
 from ..analysis.kinds import name_matches
-from ..analysis.path_by_rank import CHAIN_COLUMNS, path_summary_of_chains, rank_chains
+from ..analysis.path_by_rank import CHAIN_COLUMNS, concat_chains, path_summary_of_chains, rank_chains
 from ..jobs.runs import usable_cores
 from .export import written_by_merge
 from .load import load_trace, run_files
@@ -203,5 +203,5 @@ def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunS
     steps = pd.concat([p[0] for p in parts], ignore_index=True)
     collectives = pd.concat([p[1] for p in parts], ignore_index=True)
     kinds = pd.concat([p[2] for p in parts]).fillna(0.0).sort_index()
-    chains = pd.concat([p[3] for p in parts if len(p) > 3], ignore_index=True)
+    chains = concat_chains([p[3] for p in parts if len(p) > 3])
     return RunSummary(steps, collectives, kinds, chains, files, sum(p.stat().st_size for p in files))
