@@ -4,7 +4,7 @@ order, or set it themselves.
 
 - :func:`anonymise_traces` (exercise 3.2): a run's trace files get names that say nothing; the
   old names are kept in the run folder (``renamed.json``).
-- :func:`launch_with_a_hidden_straggler` (4.2, 10.2): a run with one rank slowed,
+- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 12.1): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
 - :func:`launch_with_a_hidden_slowdown` (11.1): a run with one rank's batches, backward or
   optimizer step slowed, the rank and the part chosen at random (kept likewise).

@@ -56,7 +56,7 @@ def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
     if not right:
         return False, (
             "every rank profiled waits and none loads its batches slowly: none of them is the one "
-            "they wait for. Read the report's first section: what the traces cannot tell"
+            "they wait for. Read the report's section 'What the traces cannot tell', after what held the steps"
         )
     return True, (
         f"rank {slowed} was slowed and left no trace: the ranks profiled ({profiled}) all wait "
