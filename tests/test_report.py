@@ -294,7 +294,9 @@ def test_a_path_that_does_not_exist_is_named(tmp_path, capsys):
     assert "nowhere: no such file or folder" in said
 
 
-def test_a_json_file_of_another_shape_is_a_damaged_trace_named_with_skip_bad_offered(tmp_path, capsys):
+def test_a_json_file_of_another_shape_is_a_damaged_trace_named_with_skip_bad_offered(
+    tmp_path, capsys
+):
     (tmp_path / "config.json").write_text('{"lr": 0.1}')  # no traceEvents: left out and listed
     (tmp_path / "list.json").write_text("[1, 2, 3]")  # not even an object: a damaged trace
     said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
