@@ -16,9 +16,10 @@ from what the trace holds.
 - ``rpc``: the node of each event of an RPC trace, the calls and the remote work they caused
   (and whether each call encloses it), parallel lanes.
 - ``overhead``: what profiling costs a training step.
-- ``lanes``, ``critical_path``, ``replay``: what held each step (the chain of work across the
-  ranks that decided when it ended) and what shortening some of it would buy (a what-if, by
-  re-timing the dependencies read in the traces); ``path_by_rank``: the same path for a run
+- ``lanes`` (with ``wakers``: what ended each wait), ``critical_path``, ``replay``: what held
+  each step (the chain of work across the ranks that decided when it ended) and what shortening
+  some of it would buy (a what-if, by re-timing the dependencies read in the traces);
+  ``path_by_rank``: the same path for a run
   too large to load whole, strung together from each rank's part of it.
 """
 

@@ -38,22 +38,22 @@ import pandas as pd
 from .collectives import _waits, matched_collectives
 from .intervals import merge_intervals
 from .kinds import event_names, name_matches
+from .wakers import (
+    _GPU_KINDS,
+    WAKE_TOLERANCE_US,
+    _Arrays,
+    _event_ends,
+    _issuers,
+    _main_lane_issuers,
+    _wakers,
+    _worker_gap,
+)
 
 __all__ = ["Lanes", "lane_intervals", "WAKE_TOLERANCE_US", "SYNC_CALLS"]
 
-#: How close to a waiting interval's end its waker must end (µs, either side): a thread resumes
-#: microseconds after what it waited for, a few ms on a crowded CPU, and gloo's thread may close
-#: a collective's span a little after the thread waiting for it has gone on (no later than the
-#: wait lasted).
-WAKE_TOLERANCE_US = 3000.0
-#: A long wait may end this share of its length after its waker (a rank that waited seconds in
-#: a collective that timed out, then took a few ms to raise): the tolerance before the end grows
-#: with the wait.
-LONG_WAIT_SHARE = 0.01
 #: CUDA runtime calls that block the CPU until the GPU has done something.
 SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy$"
 _SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
-_GPU_KINDS = ("gpu kernel", "gpu memory")
 
 
 @dataclass
@@ -271,136 +271,3 @@ def _set_rules(lanes: Lanes, ev: pd.DataFrame) -> None:
     after[waits] = wakers
     rule[list(lanes.instance)] = "collective"
     iv["rule"], iv["after"] = rule, after
-
-
-def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
-    """Per rank, each event's last interval (where the event ends), sorted by its end:
-    ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start)``."""
-    last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
-    last = last.assign(began=ev["start_us"].reindex(last["event"].to_numpy()).to_numpy())
-    return {
-        rank: (
-            g["end_us"].to_numpy(),
-            g.index.to_numpy(),
-            g["lane_id"].to_numpy(),
-            gpu_lane[g["lane_id"].to_numpy()],
-            g["began"].to_numpy(),
-        )  # fmt: skip
-        for rank, g in last.sort_values("end_us").groupby("rank")
-    }
-
-
-#: The most (waiting interval, candidate waker) pairs :func:`_wakers` looks at in one go.
-_PAIRS_AT_ONCE = 2_000_000
-
-
-def _wakers(iv: _Arrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray) -> np.ndarray:
-    """For each of ``rows``, the interval on another lane of its rank whose event ended closest
-    to the row's end (-1: none): after the row began, at most the tolerance (or a hundredth of
-    the row) before its end, and at most the tolerance or the row's own length after it (a span
-    closed late), of an event that began before the row ended (``gpu_only``: on a GPU lane).
-    An end after the row's counts half a microsecond farther; of equal ones, the one first in
-    ``ends``' order wins."""
-    found = np.full(len(rows), -1, dtype=np.int64)
-    for rank in np.unique(iv.rank[rows]):
-        if rank not in ends:
-            continue
-        times, their_rows, lanes, gpu, began = ends[rank]
-        mine = np.flatnonzero(iv.rank[rows] == rank)  # positions in rows
-        start, end = iv.start[rows[mine]], iv.end[rows[mine]]
-        before = np.maximum(WAKE_TOLERANCE_US, LONG_WAIT_SHARE * (end - start))
-        lo = np.searchsorted(times, np.maximum(start, end - before), side="right")
-        hi = np.searchsorted(times, end + np.minimum(WAKE_TOLERANCE_US, end - start), side="right")
-        counts = np.maximum(hi - lo, 0)
-        bounds = np.searchsorted(np.cumsum(counts), np.arange(_PAIRS_AT_ONCE, counts.sum(), _PAIRS_AT_ONCE))  # fmt: skip
-        for part in np.split(np.arange(len(mine)), bounds):
-            chunk, n = mine[part], counts[part]
-            owner = np.repeat(np.arange(len(chunk)), n)  # one row per (row, candidate)
-            at = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n - lo[part], n)
-            this_end, this_lane = iv.end[rows[chunk]][owner], iv.lane[rows[chunk]][owner]
-            distance = np.abs(times[at] - this_end) + np.where(times[at] > this_end, 0.5, 0.0)
-            ok = (lanes[at] != this_lane) & (began[at] < this_end) & (gpu[at] | ~gpu_only[chunk][owner])  # fmt: skip
-            order = np.lexsort((at, np.where(ok, distance, np.inf), owner))
-            first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order  # fmt: skip
-            first = first[ok[first]]
-            found[chunk[owner[first]]] = their_rows[at[first]]
-    return found
-
-
-def _issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
-    """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
-    CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
-    call that began before it on its rank (the row of the issuer's last interval)."""
-    last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
-    row_of = dict(zip(last["event"].to_numpy(), last.index.to_numpy()))
-    found: dict[int, int] = {}
-    runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
-    launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
-    gpu = ev[ev["kind"].isin(_GPU_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
-    for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
-        issuer = launch.get((rank, at))
-        if issuer in row_of:
-            found[label] = row_of[issuer]
-    names = event_names(ev)
-    calls = ev[names.str.match(r"^c10d::").to_numpy()]
-    spans = ev[names.str.match(r"^(?:gloo|mpi):").to_numpy()]
-    for rank, mine in spans.groupby("rank"):
-        theirs = calls[(calls["rank"] == rank).to_numpy()].sort_values("start_us")
-        at = np.searchsorted(theirs["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right")
-        for label, i in zip(mine.index, at):
-            if i > 0 and theirs.index[i - 1] in row_of:
-                found[label] = row_of[theirs.index[i - 1]]
-    return found
-
-
-def _main_lane_issuers(
-    iv: _Arrays, worker: np.ndarray, main: dict, issuers: dict[int, int]
-) -> dict[int, int]:
-    """``issuers`` completed for the worker lanes' events whose issuer is not in the trace (a
-    gloo span with no ``c10d::`` call, a kernel with no launch): the interval of their rank's
-    main lane that held the moment they started, where the issue must have come from."""
-    found = dict(issuers)
-    starts = iv.start
-    rows_of: dict[int, np.ndarray] = {}
-    for row in np.flatnonzero(worker & (iv.event >= 0)):
-        label = int(iv.event[row])
-        lane = main.get(iv.rank[row])
-        if label in found or lane is None:
-            continue
-        mine = rows_of.get(lane)
-        if mine is None:
-            mine = rows_of[lane] = np.flatnonzero(iv.lane == lane)
-        at = np.searchsorted(starts[mine], starts[row], side="left") - 1
-        if at >= 0:
-            found[label] = int(mine[at])
-    return found
-
-
-def _worker_gap(iv: _Arrays, row: int, issuers: dict[int, int]) -> tuple[str, int]:
-    """A worker lane's gap: ``issued`` by the next event's issuer, or ``queued`` behind the
-    lane's previous event when the issuer had finished before the gap began; ``work`` (the
-    lane's own idle time) when no issuer is found."""
-    nxt = row + 1
-    if nxt >= len(iv.lane) or iv.lane[nxt] != iv.lane[row]:
-        return "work", -1
-    issuer = issuers.get(int(iv.event[nxt]))
-    if issuer is None:
-        return "work", -1
-    if iv.end[issuer] <= iv.start[row]:
-        return "queued", row - 1
-    return "issued", issuer
-
-
-@dataclass
-class _Arrays:
-    """The intervals' columns as arrays, for the loops that look at them one by one."""
-
-    rank: np.ndarray
-    lane: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    event: np.ndarray
-
-    @classmethod
-    def of(cls, iv: pd.DataFrame) -> _Arrays:
-        return cls(*(iv[c].to_numpy() for c in ("rank", "lane_id", "start_us", "end_us", "event")))
