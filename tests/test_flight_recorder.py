@@ -107,6 +107,58 @@ def test_ranks_that_agree_have_no_mismatch(hung_run):
     assert first_mismatch(records[records["seq"] < 7]) is None
 
 
+def test_dumps_named_as_pytorch_names_them_give_the_same_verdicts(hung_run, tmp_path):
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for rank in (0, 1):  # TORCH_FR_DUMP_TEMP_FILE=.../nccl_trace_rank_ and the rank
+        dump = (hung_run.run_dir / f"fr_{rank}").read_bytes()
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(dump)
+
+    mismatch = first_mismatch(load_flight_records(folder, expect_ranks=[0, 1]))
+    verdict = analyse_with_pytorch(folder)
+
+    assert (mismatch.seq, mismatch.culprits) == (7, [1])
+    assert (verdict.seq, verdict.culprits) == (7, [1])
+
+
+def write_dumps(folder: Path, names: list[str]) -> Path:
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(a_dump())
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("names", "prefix", "ranks"),
+    [
+        (["fr_0", "fr_1"], None, [0, 1]),
+        (["nccl_trace_rank_0", "nccl_trace_rank_1"], None, [0, 1]),
+        (["rank_0", "rank_1", "rank_10"], None, [0, 1, 10]),
+        (["fr_0", "fr_1", "notes_2"], None, [0, 1]),
+        (["job-a_0", "job-a_1", "job-b_0"], "job-a_", [0, 1]),
+        (["rank_0", "rank_1", "rank_01.txt", "rank_1.json"], None, [0, 1]),
+    ],
+    ids=[
+        "this series' fr_",
+        "pytorch's tutorial",
+        "torchtitan, rank 10",
+        "fr_ beside other files",
+        "prefix given",
+        "other files ignored",
+    ],
+)
+def test_dumps_are_read_by_the_prefix_their_names_share(tmp_path, names, prefix, ranks):
+    folder = write_dumps(tmp_path / "dumps", names)
+    records = load_flight_records(folder, prefix=prefix)
+    assert sorted(records["rank"].unique()) == ranks
+
+
+def test_names_of_several_prefixes_are_an_error_asking_for_one(tmp_path):
+    folder = write_dumps(tmp_path / "dumps", ["job-a_0", "job-a_1", "job-b_0", "job-b_1"])
+    with pytest.raises(FlightRecorderError, match="2 prefixes \\('job-a_', 'job-b_'\\).*prefix="):
+        load_flight_records(folder)
+
+
 # ------------------------------------------------- nothing in a dump runs, nothing unbounded
 
 

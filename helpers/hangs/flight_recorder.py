@@ -4,8 +4,10 @@ PyTorch's Flight Recorder keeps, in every process, a ring buffer of the last col
 process groups ran (``TORCH_FR_BUFFER_SIZE`` entries, 2000 by default): a sequence number per
 group, the operation (``gloo:all_reduce``), the tensor sizes, a state and a time.
 ``torch._C._distributed_c10d._dump_fr_trace()`` returns it as a pickle; the lesson's script
-writes it to ``RUN_DIR/fr_<rank>``, the names PyTorch's own analyser
-(``python -m torch.distributed.flight_recorder.fr_trace``) expects.
+writes it to ``RUN_DIR/fr_<rank>``. PyTorch's own dumps are named by ``TORCH_FR_DUMP_TEMP_FILE``
+and the rank (``nccl_trace_rank_0``, torchtitan's ``rank_0``): a prefix and the rank, as PyTorch's
+analyser (``python -m torch.distributed.flight_recorder.fr_trace``) reads them. Every function here
+takes the prefix the files of a folder share, or ``prefix=``.
 
 - :func:`load_flight_records` reads every rank's dump into one DataFrame (one row per
   collective per rank); every missing or damaged dump is a :class:`FlightRecorderError` naming
@@ -66,8 +68,11 @@ __all__ = [
     "analyse_with_pytorch",
 ]
 
-DUMP_PREFIX = "fr_"  # dumps are named fr_<rank>
-_DUMP_NAME = re.compile(rf"^{DUMP_PREFIX}(0|[1-9][0-9]{{0,8}})$")  # one name per rank
+DUMP_PREFIX = "fr_"  # this series names its dumps fr_<rank>
+# A dump's name: a prefix then the rank, as PyTorch's analyser reads it (its loader's pattern,
+# ranks without leading zeros). PyTorch writes the path in TORCH_FR_DUMP_TEMP_FILE followed by
+# the rank: nccl_trace_rank_<rank> in its tutorial, rank_<rank> in torchtitan's comm_traces.
+_DUMP_NAME = re.compile(r"^([\w\-]*?)(0|[1-9][0-9]{0,8})$")
 
 # The bounds of a dump, read at each read (raise them for a larger dump you trust). Measured: a
 # full buffer of 2,000 gloo collectives with 29-frame stack traces is a pickle of 0.35 MB and
@@ -145,35 +150,56 @@ def _rows(dump: dict, path: Path, rank: int) -> list[dict]:
     return rows
 
 
-def _dump_paths(folder: str | Path, expect_ranks: Iterable[int] | None = None) -> dict[int, Path]:
-    """``{rank: path}`` of the dumps ``fr_<rank>`` in ``folder``, by rank; an error naming the
-    folder when there are none, or when a rank of ``expect_ranks`` has none."""
+def _dump_paths(
+    folder: str | Path, expect_ranks: Iterable[int] | None = None, prefix: str | None = None
+) -> dict[int, Path]:
+    """``{rank: path}`` of the dumps ``<prefix><rank>`` in ``folder``, by rank. Without
+    ``prefix``, the one prefix the folder's names share (``fr_`` where that is one of several,
+    as this series names them); an error naming the folder when there are no dumps, when
+    several prefixes leave it unclear which files are dumps, or when a rank of ``expect_ranks``
+    has none."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FlightRecorderError(folder, "no such folder")
-    dumps = {
-        int(m.group(1)): p
-        for p in sorted(folder.iterdir())
-        if p.is_file() and (m := _DUMP_NAME.match(p.name))
-    }
+    by_prefix: dict[str, dict[int, Path]] = {}
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and (m := _DUMP_NAME.match(p.name)):
+            by_prefix.setdefault(m.group(1), {})[int(m.group(2))] = p
+    if prefix is None and len(by_prefix) > 1 and DUMP_PREFIX in by_prefix:
+        prefix = DUMP_PREFIX
+    if prefix is None and len(by_prefix) > 1:
+        raise FlightRecorderError(
+            folder,
+            f"files named with {len(by_prefix)} prefixes "
+            f"({', '.join(repr(k) for k in sorted(by_prefix))}): say which names the "
+            f"Flight Recorder dumps with prefix=",
+        )
+    if prefix is None:
+        prefix = next(iter(by_prefix), DUMP_PREFIX)
+    dumps = by_prefix.get(prefix, {})
     missing = sorted(set(expect_ranks or ()) - set(dumps))
     if missing:
         raise FlightRecorderError(
             folder,
             f"no Flight Recorder dump from rank "
-            f"{', '.join(map(str, missing))} ({DUMP_PREFIX}<rank>): did "
+            f"{', '.join(map(str, missing))} ({prefix}<rank>): did "
             f"that rank die before it could write one?",
         )
     if not dumps:
-        raise FlightRecorderError(folder, f"no Flight Recorder dumps ({DUMP_PREFIX}<rank>) here")
+        raise FlightRecorderError(
+            folder,
+            f"no Flight Recorder dumps ({prefix}<rank>) here: PyTorch names them "
+            f"TORCH_FR_DUMP_TEMP_FILE followed by the rank; give that prefix with prefix=",
+        )
     return dict(sorted(dumps.items()))
 
 
 def load_flight_records(
-    folder: str | Path, expect_ranks: Iterable[int] | None = None
+    folder: str | Path, expect_ranks: Iterable[int] | None = None, prefix: str | None = None
 ) -> pd.DataFrame:
-    """Every rank's dump in ``folder`` (files ``fr_<rank>``) as one DataFrame, one row per
-    collective per rank, sorted by rank and sequence number.
+    """Every rank's dump in ``folder`` (files ``<prefix><rank>``: ``fr_0``, or PyTorch's
+    ``nccl_trace_rank_0``; without ``prefix``, the one the names share) as one DataFrame, one
+    row per collective per rank, sorted by rank and sequence number.
 
     Columns: ``rank, seq, op`` (``gloo:all_reduce``), ``collective`` (``all_reduce``),
     ``input_sizes, output_sizes, dtypes, state, retired, group, p2p, created_ns`` and
@@ -183,7 +209,7 @@ def load_flight_records(
     """
     rows = [
         row
-        for rank, path in _dump_paths(folder, expect_ranks).items()
+        for rank, path in _dump_paths(folder, expect_ranks, prefix).items()
         for row in _rows(_read_dump(path, rank), path, rank)
     ]
     records = pd.DataFrame(
@@ -276,8 +302,11 @@ class AnalyserVerdict:
 _NO_TABULATE = "tabulate is not installed. Proceeding without it.\n"
 
 
-def analyse_with_pytorch(folder: str | Path, timeout: float = 120) -> AnalyserVerdict:
-    """PyTorch's verdict on the dumps ``fr_<rank>`` in ``folder``: the first collective that
+def analyse_with_pytorch(
+    folder: str | Path, timeout: float = 120, prefix: str | None = None
+) -> AnalyserVerdict:
+    """PyTorch's verdict on the dumps ``<prefix><rank>`` in ``folder`` (as
+    :func:`load_flight_records` finds them): the first collective that
     ``python -m torch.distributed.flight_recorder.fr_trace`` reports as wrong.
 
     The analyser loads every file it is given with a plain ``pickle.load``, which runs any code
@@ -287,7 +316,8 @@ def analyse_with_pytorch(folder: str | Path, timeout: float = 120) -> AnalyserVe
     timeout: seconds the analyser may take.
     """
     folder = Path(folder)
-    dumps = {rank: _read_dump(path, rank) for rank, path in _dump_paths(folder).items()}
+    found = _dump_paths(folder, prefix=prefix)
+    dumps = {rank: _read_dump(path, rank) for rank, path in found.items()}
     with tempfile.TemporaryDirectory(prefix="fr-checked-") as checked:  # mode 0700
         for rank, dump in dumps.items():
             (Path(checked) / f"{DUMP_PREFIX}{rank}").write_bytes(pickle.dumps(dump, protocol=4))
