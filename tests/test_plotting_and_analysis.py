@@ -442,6 +442,27 @@ def test_profiling_cost_gives_a_slowdown_per_workload_and_setting():
     assert (cost["slowdown"] > 0).all()
 
 
+def test_profiling_cost_runs_on_one_thread_and_gives_torchs_threads_back():
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from helpers.analysis import profiling_cost
+
+    seen, before = [], torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        profiling_cost(
+            {"a": (lambda: seen.append(torch.get_num_threads()), 2)},
+            {"no profiler": None, "profiler": {}},
+            [ProfilerActivity.CPU],
+            "cpu",
+            rounds=1,
+        )
+        assert set(seen) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 # ------------------------------------------------------------------ RPC calls and their work
 
 
