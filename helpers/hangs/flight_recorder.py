@@ -165,9 +165,7 @@ def _dump_paths(
     for p in sorted(folder.iterdir()):
         if p.is_file() and (m := _DUMP_NAME.match(p.name)):
             by_prefix.setdefault(m.group(1), {})[int(m.group(2))] = p
-    if prefix is None and len(by_prefix) > 1 and DUMP_PREFIX in by_prefix:
-        prefix = DUMP_PREFIX
-    if prefix is None and len(by_prefix) > 1:
+    if prefix is None and len(by_prefix) > 1 and DUMP_PREFIX not in by_prefix:
         raise FlightRecorderError(
             folder,
             f"files named with {len(by_prefix)} prefixes "
@@ -175,7 +173,7 @@ def _dump_paths(
             f"Flight Recorder dumps with prefix=",
         )
     if prefix is None:
-        prefix = next(iter(by_prefix), DUMP_PREFIX)
+        prefix = DUMP_PREFIX if len(by_prefix) != 1 else next(iter(by_prefix))
     dumps = by_prefix.get(prefix, {})
     missing = sorted(set(expect_ranks or ()) - set(dumps))
     if missing:

@@ -61,8 +61,8 @@ class ReportError(ValueError):
 @dataclass
 class Report:
     """The report of one run: ``glance`` (facts, in order), ``sections`` in reading order (what
-    held the steps first, when the traces have steps; then what the traces cannot tell), the ``skipped`` files and why, and how the traces
-    were ``read`` ("whole" or "rank by rank")."""
+    held the steps first, when the traces have steps; then what the traces cannot tell), the
+    ``skipped`` files and why, and how the traces were ``read`` ("whole" or "rank by rank")."""
 
     source: str
     glance: dict[str, str]
