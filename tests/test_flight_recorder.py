@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.hangs import flight_recorder
-from helpers.hangs.flight_recorder import (
-    FlightRecorderError,
-    analyse_with_pytorch,
-    first_mismatch,
-    load_flight_records,
-)
+from helpers.hangs import analyse_with_pytorch, first_mismatch, flight_recorder
+from helpers.hangs.flight_recorder import FlightRecorderError, load_flight_records
 from helpers.jobs import RankFailed, launch, processes_of_run, script_from_lesson
 
 

@@ -1,29 +1,32 @@
 """Hangs: the Flight Recorder's per-rank dumps of a hung job in pandas, where the ranks'
-sequences of collectives part, and PyTorch's own analyser run on them (lesson 8).
+sequences of collectives part, group by group, and PyTorch's own analyser run on them (lesson 8).
 
-- ``flight_recorder``: :func:`load_flight_records`, :func:`first_mismatch` (a
-  :class:`Mismatch`), :func:`analyse_with_pytorch`; a bad dump raises
+- ``flight_recorder``: :func:`load_flight_records`; a bad dump raises
   :class:`FlightRecorderError`, naming it.
+- ``groups``: each process group's members compared with each other (:func:`group_members`,
+  :func:`group_states`), and :func:`first_mismatch` (a :class:`Mismatch`): the disagreement that
+  started a hang, in a job of one group or of many.
+- ``analyser``: :func:`analyse_with_pytorch`, PyTorch's analyser run on checked copies of the
+  dumps, its findings read back (an :class:`AnalyserVerdict`).
 - ``stacks``: Python stacks as a table (:func:`load_stack_dumps` reads what a rank's
   ``faulthandler`` left in a file; :func:`lines_in_script`, where each rank is in a script).
 - private: ``_dumpreader``, the checked reader of a dump (a pickle): it refuses anything but
   plain data, bounded in size, nesting and count, so a dump never runs code.
 """
 
-from .flight_recorder import (
-    FlightRecorderError,
-    Mismatch,
-    analyse_with_pytorch,
-    first_mismatch,
-    load_flight_records,
-)
+from .analyser import AnalyserVerdict, analyse_with_pytorch
+from .flight_recorder import FlightRecorderError, load_flight_records
+from .groups import Mismatch, first_mismatch, group_members, group_states
 from .stacks import lines_in_script, load_stack_dumps
 
 __all__ = [
     "load_flight_records",
     "first_mismatch",
     "Mismatch",
+    "group_members",
+    "group_states",
     "analyse_with_pytorch",
+    "AnalyserVerdict",
     "FlightRecorderError",
     "load_stack_dumps",
     "lines_in_script",

@@ -12,9 +12,10 @@ takes the prefix the files of a folder share, or ``prefix=``.
 - :func:`load_flight_records` reads every rank's dump into one DataFrame (one row per
   collective per rank); every missing or damaged dump is a :class:`FlightRecorderError` naming
   the file and the rank.
-- :func:`first_mismatch` compares the ranks' sequences and names the first collective where
-  they disagree.
-- :func:`analyse_with_pytorch` runs PyTorch's analyser on the same dumps and reads its verdict.
+- :func:`first_mismatch` (in ``groups``, here too) compares each process group's members'
+  sequences and names the collective where they first disagree.
+- :func:`analyse_with_pytorch` (in ``analyser``) runs PyTorch's analyser on the same dumps and
+  reads its verdict.
 
 A dump is a pickle (``_dump_fr_trace``) or JSON (``_dump_fr_trace_json``, the same entries;
 prefer it: reading JSON cannot run code). A pickle can run any code when it is loaded with
@@ -38,14 +39,9 @@ Every dump that fails a check is a :class:`FlightRecorderError` naming the file,
 
 from __future__ import annotations
 
-import pickle
+import json
 import re
-import subprocess
-import sys
-import tempfile
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +58,6 @@ __all__ = [
     "MAX_DUMP_DEPTH",
     "FlightRecorderError",
     "load_flight_records",
-    "Mismatch",
-    "first_mismatch",
-    "AnalyserVerdict",
-    "analyse_with_pytorch",
 ]
 
 DUMP_PREFIX = "fr_"  # this series names its dumps fr_<rank>
@@ -123,6 +115,7 @@ def _rows(dump: dict, path: Path, rank: int) -> list[dict]:
     for entry in dump["entries"]:
         try:
             group = entry.get("process_group") or ("", "")
+            p2p_seq = entry.get("p2p_seq_id")
             rows.append(
                 {
                     "rank": rank,
@@ -134,8 +127,10 @@ def _rows(dump: dict, path: Path, rank: int) -> list[dict]:
                     "dtypes": ",".join(entry.get("input_dtypes") or []),
                     "state": entry.get("state"),
                     "retired": entry.get("retired"),
-                    "group": f"{group[0]}:{group[1]}",
+                    "group": str(group[0]),
+                    "group_desc": str(group[1]),
                     "p2p": bool(entry.get("is_p2p")),
+                    "p2p_seq": _int64(p2p_seq) if p2p_seq is not None else 0,
                     "created_ns": _int64(entry["time_created_ns"]),
                 }
             )
@@ -200,16 +195,30 @@ def load_flight_records(
     row per collective per rank, sorted by rank and sequence number.
 
     Columns: ``rank, seq, op`` (``gloo:all_reduce``), ``collective`` (``all_reduce``),
-    ``input_sizes, output_sizes, dtypes, state, retired, group, p2p, created_ns`` and
-    ``created_ms`` (ms since the earliest entry of any rank).
+    ``input_sizes, output_sizes, dtypes, state, retired``, ``group`` (the process group's name:
+    ``"0"`` for the default one; each group numbers its collectives apart), ``group_desc``
+    (``default_pg``, ``mesh_tp``), ``p2p, p2p_seq`` (a send or receive, numbered apart),
+    ``created_ns`` and ``created_ms`` (ms since the earliest entry of any rank); each rank's
+    rows in the order it issued them.
+    ``records.attrs`` keeps ``ranks`` (every rank with a dump, an empty one too) and
+    ``members`` (the groups' ranks as the dumps list them), for :func:`first_mismatch`.
     expect_ranks: ranks whose dump must be there; a missing one is an error naming it.
     Each dump is read safely (see the module's docstring).
     """
-    rows = [
-        row
-        for rank, path in _dump_paths(folder, expect_ranks, prefix).items()
-        for row in _rows(_read_dump(path, rank), path, rank)
-    ]
+    return load_records_and_dumps(folder, expect_ranks, prefix)[0]
+
+
+def load_records_and_dumps(
+    folder: str | Path, expect_ranks: Iterable[int] | None, prefix: str | None
+) -> tuple[pd.DataFrame, dict[int, dict]]:
+    """:func:`load_flight_records`' frame, and each rank's dump as read."""
+    rows, members, dumps = [], {}, {}
+    paths = _dump_paths(folder, expect_ranks, prefix)
+    for rank, path in paths.items():
+        dump = dumps[rank] = _read_dump(path, rank)
+        rows += (mine := _rows(dump, path, rank))
+        for group, ranks in _listed_members(dump, {row["group"] for row in mine}).items():
+            members.setdefault(group, set()).update(ranks)
     records = pd.DataFrame(
         rows,
         columns=[
@@ -223,133 +232,34 @@ def load_flight_records(
             "state",
             "retired",
             "group",
+            "group_desc",
             "p2p",
+            "p2p_seq",
             "created_ns",
         ],
     )
-    records = records.sort_values(["rank", "seq"], ignore_index=True)
+    records = records.sort_values("rank", kind="stable", ignore_index=True)  # each in its order
     records["created_ms"] = (records["created_ns"] - records["created_ns"].min()) / 1e6
-    return records
+    records.attrs["ranks"] = sorted(paths)
+    records.attrs["members"] = {g: sorted(r) for g, r in members.items()}
+    return records, dumps
 
 
-@dataclass
-class Mismatch:
-    """Where the ranks' collectives first disagree.
-
-    ``seq``: the sequence number; ``kind``: ``"different collective"``, ``"different sizes"``
-    or ``"missing"`` (some ranks never called it); ``calls``: what each rank called there
-    (``None`` where it called nothing); ``culprits``: the ranks that differ from the others.
-    """
-
-    seq: int
-    kind: str
-    calls: dict[int, str | None]
-    culprits: list[int]
-
-    def __str__(self) -> str:
-        said = "; ".join(f"rank {r}: {c or 'nothing'}" for r, c in self.calls.items())
-        return f"collective {self.seq}: {self.kind} ({said}); differs on rank(s) {self.culprits}"
-
-
-def first_mismatch(records: pd.DataFrame) -> Mismatch | None:
-    """The first sequence number at which the ranks did not all call the same collective with
-    the same sizes, or None when they agree on everything recorded. The majority is taken as
-    the expected call (on a tie, the lowest rank's)."""
-    ranks = sorted(records["rank"].unique())
-    calls = records.assign(call=records["op"] + " " + records["input_sizes"]).pivot_table(
-        index="seq", columns="rank", values="call", aggfunc="first"
-    )
-    calls = calls.reindex(columns=ranks)
-    for seq, row in calls.iterrows():
-        if row.notna().all() and row.nunique() == 1:
-            continue
-        seen = {int(r): (None if pd.isna(v) else v) for r, v in row.items()}
-        counts = Counter(v for v in seen.values() if v is not None)
-        top = max(counts.values())
-        expected = next(v for v in seen.values() if counts.get(v) == top)  # lowest rank on a tie
-        culprits = [r for r, v in seen.items() if v != expected]
-        if None in seen.values():
-            kind = "missing"
-        else:
-            ops = {v.split(" ", 1)[0] for v in counts}
-            kind = "different collective" if len(ops) > 1 else "different sizes"
-        return Mismatch(int(seq), kind, seen, culprits)
-    return None
-
-
-@dataclass
-class AnalyserVerdict:
-    """What PyTorch's Flight Recorder analyser said: the sequence number it flagged, the
-    culprit ranks, its error type, and its whole output."""
-
-    seq: int | None
-    culprits: list[int]
-    error_type: str | None
-    output: str
-
-    @property
-    def kind(self) -> str | None:
-        """The error type in :class:`Mismatch`'s words."""
-        return {
-            "COLLECTIVE_TYPE_MISMATCH": "different collective",
-            "SIZE_OR_SYNTAX_MISMATCH": "different sizes",
-            "NOT_ALL_RANKS_JOINED": "missing",
-        }.get(self.error_type or "", self.error_type)
-
-
-_NO_TABULATE = "tabulate is not installed. Proceeding without it.\n"
-
-
-def analyse_with_pytorch(
-    folder: str | Path, timeout: float = 120, prefix: str | None = None
-) -> AnalyserVerdict:
-    """PyTorch's verdict on the dumps ``<prefix><rank>`` in ``folder`` (as
-    :func:`load_flight_records` finds them): the first collective that
-    ``python -m torch.distributed.flight_recorder.fr_trace`` reports as wrong.
-
-    The analyser loads every file it is given with a plain ``pickle.load``, which runs any code
-    a pickle carries. So it is never given these files: each dump is read with this module's
-    safe reader (a bad one is a :class:`FlightRecorderError` naming it), and the analyser reads
-    fresh pickles of that plain data, written into a private temporary folder (removed after).
-    timeout: seconds the analyser may take.
-    """
-    folder = Path(folder)
-    found = _dump_paths(folder, prefix=prefix)
-    dumps = {rank: _read_dump(path, rank) for rank, path in found.items()}
-    with tempfile.TemporaryDirectory(prefix="fr-checked-") as checked:  # mode 0700
-        for rank, dump in dumps.items():
-            (Path(checked) / f"{DUMP_PREFIX}{rank}").write_bytes(pickle.dumps(dump, protocol=4))
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.flight_recorder.fr_trace",
-            checked,
-            "--prefix",
-            DUMP_PREFIX,
-        ]
+def _listed_members(dump: dict, groups: set[str]) -> dict[str, list[int]]:
+    """``{group: ranks}`` from the dump's ``pg_config``, for the groups its entries name (torch
+    2.14's gloo dumps list a group named "" of the first new group's ranks, and not the groups
+    their entries are in: that is ignored)."""
+    listed = {}
+    config = dump.get("pg_config")
+    for name, group in config.items() if isinstance(config, dict) else ():
         try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout, cwd=checked
-            )
-        except subprocess.TimeoutExpired:
-            raise FlightRecorderError(
-                folder, f"PyTorch's analyser did not finish in {timeout:g} s; raise timeout="
-            ) from None
-    output = (done.stdout + done.stderr).replace(checked, str(folder))
-    # fr_trace logs that an optional package is missing; it changes nothing in the verdict
-    output = output.replace(_NO_TABULATE, "").strip()
-    if done.returncode != 0:
-        last = "\n".join(output.splitlines()[-5:])
-        raise FlightRecorderError(
-            folder, f"PyTorch's analyser failed (exit code {done.returncode}):\n{last}"
-        )
-    if m := re.search(r"Collective sequence number: (\d+) has errors", output):
-        seq = int(m.group(1))
-        culprit = re.search(r"Culprit rank (\d+); Error type: (\w+)", output)
-        culprits, error = ([int(culprit.group(1))], culprit.group(2)) if culprit else ([], None)
-        return AnalyserVerdict(seq, culprits, error, output)
-    if m := re.search(r"Not all ranks joining collective, sequence number: (\d+)", output):
-        missing = re.search(r"missing ranks: \{([\d, ]+)\}", output)
-        culprits = [int(r) for r in missing.group(1).split(",")] if missing else []
-        return AnalyserVerdict(int(m.group(1)), culprits, "NOT_ALL_RANKS_JOINED", output)
-    return AnalyserVerdict(None, [], None, output)
+            ranks = json.loads(group["ranks"]) if isinstance(group, dict) else None
+        except (KeyError, TypeError, ValueError):
+            continue
+        if (
+            str(name) in groups
+            and isinstance(ranks, list)
+            and all(isinstance(r, int) for r in ranks)
+        ):
+            listed[str(name)] = ranks
+    return listed

@@ -1,0 +1,166 @@
+"""PyTorch's own Flight Recorder analyser, run safely on a folder of dumps, and its verdict
+read back: ``python -m torch.distributed.flight_recorder.fr_trace``.
+
+It loads every file it is given with a plain ``pickle.load``, which runs any code a pickle
+carries; so it is only ever given fresh pickles of what this package's checked reader read
+(``flight_recorder``'s docstring says how).
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .flight_recorder import DUMP_PREFIX, FlightRecorderError, load_records_and_dumps
+from .groups import group_members
+
+__all__ = ["AnalyserFinding", "AnalyserVerdict", "analyse_with_pytorch"]
+
+_KINDS = {
+    "COLLECTIVE_TYPE_MISMATCH": "different collective",
+    "SIZE_OR_SYNTAX_MISMATCH": "different sizes",
+    "NOT_ALL_RANKS_JOINED": "missing",
+}
+
+
+@dataclass
+class AnalyserFinding:
+    """One collective PyTorch's analyser reports as wrong: its group (name and description),
+    its sequence number in that group, the analyser's error type and the ranks it blames."""
+
+    group: str
+    desc: str
+    seq: int
+    error_type: str | None
+    culprits: list[int]
+
+    @property
+    def kind(self) -> str | None:
+        """The error type in :class:`Mismatch`'s words."""
+        return _KINDS.get(self.error_type or "", self.error_type)
+
+
+@dataclass
+class AnalyserVerdict:
+    """What PyTorch's Flight Recorder analyser said: every collective it reports as wrong
+    (``findings``, one per process group at most, in its order), the first one's sequence
+    number, culprit ranks and error type, and its whole output."""
+
+    seq: int | None
+    culprits: list[int]
+    error_type: str | None
+    output: str
+    findings: list[AnalyserFinding] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str | None:
+        """The first finding's error type in :class:`Mismatch`'s words."""
+        return _KINDS.get(self.error_type or "", self.error_type)
+
+
+_NO_TABULATE = "tabulate is not installed. Proceeding without it.\n"
+# Each finding's first line in fr_trace's output (torch 2.14, components/utils.py)
+_FINDING = re.compile(
+    r"^(?:Collective sequence number: (\d+) has errors"
+    r"|Not all ranks joining collective, sequence number: (\d+)"
+    r"|Input/output mismatch in the collective sequence number: (\d+))$",
+    re.M,
+)
+
+
+def _findings(output: str) -> list[AnalyserFinding]:
+    """The analyser's findings, read from its output."""
+    starts = list(_FINDING.finditer(output))
+    found = []
+    for m, end in zip(starts, [s.start() for s in starts[1:]] + [len(output)]):
+        block = output[m.start() : end]
+        group = re.search(r"^group info: ([^:\n]*):?(.*)$", block, re.M)
+        culprit = re.search(r"Culprit rank (\d+); Error type: (\w+)", block)
+        missing = re.search(r"^missing ranks: \{([\d, ]+)\}", block, re.M)
+        if m.group(2):
+            error, culprits = "NOT_ALL_RANKS_JOINED", missing.group(1) if missing else ""
+        else:
+            error = culprit.group(2) if culprit else "SIZE_OR_SYNTAX_MISMATCH"
+            culprits = culprit.group(1) if culprit else ""
+        found.append(
+            AnalyserFinding(
+                group.group(1) if group else "",
+                group.group(2) if group else "",
+                int(m.group(1) or m.group(2) or m.group(3)),
+                error,
+                [int(r) for r in culprits.split(",") if r.strip()],
+            )
+        )
+    return found
+
+
+def _for_the_analyser(dumps: dict[int, dict], members: dict[str, list[int]], desc: dict) -> dict:
+    """Copies of the dumps as PyTorch's analyser needs them: an ``entries`` list even where the
+    rank recorded nothing, and each rank's groups in ``pg_config`` (torch 2.14's gloo dumps
+    list a wrong group there, and the analyser then fails with a KeyError)."""
+    fixed = {}
+    for rank, dump in dumps.items():
+        config = {
+            g: {"name": g, "desc": desc.get(g, ""), "ranks": str(ranks)}
+            for g, ranks in members.items()
+            if rank in ranks
+        }
+        fixed[rank] = {**dump, "entries": dump.get("entries", []), "pg_config": config}
+    return fixed
+
+
+def analyse_with_pytorch(
+    folder: str | Path, timeout: float = 120, prefix: str | None = None
+) -> AnalyserVerdict:
+    """PyTorch's verdict on the dumps ``<prefix><rank>`` in ``folder`` (as
+    :func:`load_flight_records` finds them): every collective that
+    ``python -m torch.distributed.flight_recorder.fr_trace`` reports as wrong.
+
+    The analyser loads every file it is given with a plain ``pickle.load``, which runs any code
+    a pickle carries. So it is never given these files: each dump is read with this module's
+    safe reader (a bad one is a :class:`FlightRecorderError` naming it), and the analyser reads
+    fresh pickles of that plain data, written into a private temporary folder (removed after),
+    each listing its rank's groups as :func:`group_members` finds them.
+    timeout: seconds the analyser may take.
+    """
+    folder = Path(folder)
+    records, dumps = load_records_and_dumps(folder, None, prefix)
+    desc = dict(zip(records["group"], records["group_desc"]))
+    dumps = _for_the_analyser(dumps, group_members(records), desc)
+    with tempfile.TemporaryDirectory(prefix="fr-checked-") as checked:  # mode 0700
+        for rank, dump in dumps.items():
+            (Path(checked) / f"{DUMP_PREFIX}{rank}").write_bytes(pickle.dumps(dump, protocol=4))
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.flight_recorder.fr_trace",
+            checked,
+            "--prefix",
+            DUMP_PREFIX,
+        ]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout, cwd=checked
+            )
+        except subprocess.TimeoutExpired:
+            raise FlightRecorderError(
+                folder, f"PyTorch's analyser did not finish in {timeout:g} s; raise timeout="
+            ) from None
+    output = (done.stdout + done.stderr).replace(checked, str(folder))
+    # fr_trace logs that an optional package is missing; it changes nothing in the verdict
+    output = output.replace(_NO_TABULATE, "").strip()
+    if done.returncode != 0:
+        last = "\n".join(output.splitlines()[-5:])
+        raise FlightRecorderError(
+            folder, f"PyTorch's analyser failed (exit code {done.returncode}):\n{last}"
+        )
+    findings = _findings(output)
+    if not findings:
+        return AnalyserVerdict(None, [], None, output)
+    first = findings[0]
+    return AnalyserVerdict(first.seq, first.culprits, first.error_type, output, findings)

@@ -1,0 +1,285 @@
+"""Flight Recorder dumps of a job of many process groups, compared group by group.
+
+A real job has many process groups side by side: tensor, pipeline, expert and data parallel (any
+``init_device_mesh`` of two dimensions makes one group per row and per column). Each group numbers
+its own collectives: ``collective_seq_id`` counts from 1 in every group, so collective 3 of a
+tensor-parallel group and collective 3 of a data-parallel group are unrelated. Here a group's
+members are compared only with each other, at the group's own sequence numbers, as PyTorch's
+analyser does; point-to-point sends and receives (numbered apart, ``p2p_seq_id``) are left out of
+the comparison.
+
+- :func:`group_members`: which ranks belong to which group;
+- :func:`group_states`: one row per group: healthy, or where its members first disagree, who
+  did not come, and whether those ranks are themselves stuck in another group;
+- :func:`first_mismatch`: the disagreement that started it (a :class:`Mismatch`): in a group
+  whose missing rank is not waiting anywhere else. Ranks whose dump holds no entry at all (stuck
+  before their first collective, or with the Flight Recorder off) are named first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+__all__ = ["group_members", "group_states", "Mismatch", "first_mismatch"]
+
+DEFAULT_GROUP = "default_pg"  # the description torch gives the group of init_process_group
+
+
+def _job_ranks(records: pd.DataFrame, ranks: list[int] | None) -> list[int]:
+    """The ranks of the job: ``ranks``, else those ``load_flight_records`` found a dump of
+    (kept in ``records.attrs``), else those with entries."""
+    found = ranks if ranks is not None else records.attrs.get("ranks")
+    return sorted(set(found or ()) | set(records["rank"].unique().tolist()))
+
+
+def group_members(records: pd.DataFrame, ranks: list[int] | None = None) -> dict[str, list[int]]:
+    """``{group: [ranks]}`` for every group named in ``records`` (rows of
+    :func:`load_flight_records`).
+
+    A rank belongs to a group when it recorded a collective there, or when its dump's
+    ``pg_config`` lists it (NCCL dumps do; torch 2.14's gloo dumps list one wrong group, so the
+    loader keeps only the groups their entries name). A rank found in no group of a description
+    (``tp``) is put in the one group of that description that has fewer members than the others,
+    where there is exactly one: it stalled before its first collective there. ``default_pg`` has
+    every rank of the job (``ranks``, or every rank with a dump).
+    """
+    job = _job_ranks(records, ranks)
+    members: dict[str, set[int]] = {}
+    for group, rank in records[["group", "rank"]].drop_duplicates().itertuples(index=False):
+        members.setdefault(group, set()).add(int(rank))
+    for group, listed in records.attrs.get("members", {}).items():
+        members.setdefault(group, set()).update(listed)
+    desc = _descriptions(records)
+    for group in members:
+        if desc.get(group) == DEFAULT_GROUP:
+            members[group].update(job)
+    for d in set(desc.values()) - {DEFAULT_GROUP, ""}:
+        siblings = [g for g in members if desc.get(g) == d]
+        placed = set().union(*(members[g] for g in siblings))
+        size = max(len(members[g]) for g in siblings)
+        short = [g for g in siblings if len(members[g]) < size]
+        unplaced = set(job) - placed
+        if len(short) == 1 and 0 < len(unplaced) <= size - len(members[short[0]]):
+            members[short[0]].update(unplaced)
+    return {g: sorted(m) for g, m in sorted(members.items(), key=lambda kv: _group_order(kv[0]))}
+
+
+def _group_order(group: str) -> tuple:
+    """Groups in the order PyTorch named them (``0, 1, 2, ... 10``), then by name."""
+    return (0, int(group), "") if group.isdigit() else (1, 0, group)
+
+
+def _descriptions(records: pd.DataFrame) -> dict[str, str]:
+    return dict(records[["group", "group_desc"]].drop_duplicates("group").itertuples(index=False))
+
+
+def _calls(records: pd.DataFrame) -> pd.DataFrame:
+    """Collectives only (no point-to-point), with ``call`` = the op and its input sizes."""
+    rows = records[~records["p2p"].astype(bool)]
+    return rows.assign(call=rows["op"] + " " + rows["input_sizes"])
+
+
+def _expected(seen: dict[int, str | None], siblings: Counter) -> str:
+    """The call a group's members should all have made: the most common among them; on a tie,
+    the one most common in the groups of the same description at that number (they run the
+    same code), then the lowest rank's."""
+    counts = Counter(v for v in seen.values() if v is not None)
+    top = max(counts.values())
+    tied = [v for v in dict.fromkeys(seen.values()) if v is not None and counts[v] == top]
+    if len(tied) > 1 and siblings:
+        tied.sort(key=lambda v: -siblings.get(v, 0))  # stable: the lowest rank's first on a tie
+    return tied[0]
+
+
+def _first_disagreement(calls: pd.DataFrame, members: list[int], siblings: dict) -> dict | None:
+    """Where the members of one group first disagree (seq, kind, calls, culprits, callers,
+    since_ms), or None."""
+    table = calls.pivot_table(index="seq", columns="rank", values="call", aggfunc="first")
+    table = table.reindex(columns=members)
+    since = calls.groupby("seq")["created_ms"].min()
+    for seq, row in table.iterrows():
+        if row.notna().all() and row.nunique() == 1:
+            continue
+        seen = {int(r): (None if pd.isna(v) else v) for r, v in row.items()}
+        expected = _expected(seen, siblings.get(seq, Counter()))
+        if None in seen.values():
+            kind = "missing"
+        else:
+            ops = {v.split(" ", 1)[0] for v in seen.values()}
+            kind = "different collective" if len(ops) > 1 else "different sizes"
+        return {
+            "seq": int(seq),
+            "kind": kind,
+            "calls": seen,
+            "culprits": [r for r, v in seen.items() if v != expected],
+            "callers": [r for r, v in seen.items() if v is not None],
+            "since_ms": float(since[seq]),
+        }
+    return None
+
+
+def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.DataFrame:
+    """One row per process group: is it healthy, and if not, where and why its members first
+    disagree.
+
+    Columns: ``group, desc, ranks`` (its members), ``agreed`` (how many collectives all its
+    members made alike), ``state`` (``"healthy"``; the kind of :class:`Mismatch`; or
+    ``"members unknown"``: it agrees, but has fewer known members than the other groups of its
+    description, or those groups together miss a rank of the job, so a member that recorded
+    nothing there cannot be told apart), ``seq`` (the
+    group's number of the first disagreement), ``culprits`` (ranks that did not call what the
+    others did), ``waiting`` (the members that called it and wait), ``calls`` (what each member
+    called there), ``since_ms`` (when it was first called), ``order`` (where that collective
+    comes in the program, as the rank that recorded the most ran it),
+    ``culprits_waiting_in`` (``{culprit: group}`` for each culprit stuck in another group),
+    ``root`` (True where a culprit waits nowhere: the disagreement starts here).
+    ranks: the ranks of the job (default: every rank with a dump).
+    """
+    calls = _calls(records)
+    desc = _descriptions(records)
+    members = group_members(records, ranks)
+    siblings = {
+        d: calls[calls["group_desc"] == d].groupby("seq")["call"].agg(Counter).to_dict()
+        for d in set(desc.values()) - {""}
+    }
+    rows = [
+        _group_row(group, desc.get(group, ""), in_group, calls, siblings)
+        for group, in_group in members.items()
+    ]
+    states = pd.DataFrame(rows).astype({"seq": "Int64", "since_ms": "float64"})
+    program = _program_order(calls)
+    states["order"] = [
+        program.get((row.desc, row.seq), len(program)) for row in states.itertuples()
+    ]
+    stuck_in = _where_ranks_wait(calls, states)
+    states["culprits_waiting_in"] = [
+        {r: stuck_in[r] for r in row.culprits if r in stuck_in and stuck_in[r] != row.group}
+        for row in states.itertuples()
+    ]
+    unsure = _members_unknown(states, _job_ranks(records, ranks))
+    states.loc[(states["state"] == "healthy") & unsure, "state"] = "members unknown"
+    states["root"] = [
+        row.state not in ("healthy", "members unknown")
+        and len(row.culprits_waiting_in) < len(row.culprits)
+        for row in states.itertuples()
+    ]
+    return states
+
+
+def _group_row(group: str, desc: str, members: list[int], calls, siblings: dict) -> dict:
+    """One row of :func:`group_states`, before the columns that need every group."""
+    mine = calls[calls["group"] == group]
+    found = _first_disagreement(mine, members, siblings.get(desc, {})) or {}
+    return {
+        "group": group,
+        "desc": desc,
+        "ranks": members,
+        "agreed": (found["seq"] - 1) if found else int(mine["seq"].max()) if len(mine) else 0,
+        "state": found.get("kind", "healthy"),
+        "seq": found.get("seq"),
+        "culprits": found.get("culprits", []),
+        "waiting": found.get("callers", []),
+        "calls": found.get("calls", {}),
+        "since_ms": found.get("since_ms"),
+    }
+
+
+def _members_unknown(states: pd.DataFrame, job: list[int]) -> pd.Series:
+    """True for each group with fewer members than another of its description, or whose
+    description's groups together miss a rank of the job."""
+    sizes = states.groupby("desc")["ranks"].agg(lambda r: max(map(len, r)))
+    covered = states.groupby("desc")["ranks"].agg(lambda r: set().union(*map(set, r)))
+    short = states["ranks"].map(len) < states["desc"].map(sizes)
+    uncovered = states["desc"].map(lambda d: d != "" and covered[d] != set(job))
+    return short | uncovered
+
+
+def _program_order(calls: pd.DataFrame) -> dict[tuple[str, int], int]:
+    """``{(description, seq): position}`` in the sequence of the rank that recorded the most
+    collectives: where each group's collective comes in the program every rank runs (groups of
+    one description are the same code on other ranks)."""
+    if calls.empty:
+        return {}
+    furthest = calls["rank"].value_counts().idxmax()
+    mine = calls[calls["rank"] == furthest].sort_values("created_ns")
+    return {(d, int(s)): i for i, (d, s) in enumerate(zip(mine["group_desc"], mine["seq"]))}
+
+
+def _where_ranks_wait(calls: pd.DataFrame, states: pd.DataFrame) -> dict[int, str]:
+    """``{rank: group}`` for each rank whose last collective is one its group disagrees on
+    (so it is still waiting there)."""
+    last = calls.sort_values("created_ns").groupby("rank").tail(1)
+    unresolved = {
+        (row.group, row.seq)
+        for row in states.itertuples()
+        if row.state not in ("healthy", "members unknown")
+    }
+    return {
+        int(r.rank): r.group
+        for r in last.itertuples()
+        if any(g == r.group and r.seq >= seq for g, seq in unresolved)
+    }
+
+
+@dataclass
+class Mismatch:
+    """Where the ranks' collectives first disagree.
+
+    ``seq``: the sequence number (in ``group``); ``kind``: ``"different collective"``,
+    ``"different sizes"``, ``"missing"`` (some ranks never called it) or ``"empty dump"``;
+    ``calls``: what each member called there (``None`` where it called nothing);
+    ``culprits``: the ranks that differ from the others (ranks with an empty dump first);
+    ``group``, ``desc``: the process group's name and description (``"0"``, ``"default_pg"``);
+    ``empty_dumps``: ranks whose dump holds no entry at all.
+    """
+
+    seq: int
+    kind: str
+    calls: dict[int, str | None]
+    culprits: list[int]
+    group: str | None = None
+    desc: str = ""
+    empty_dumps: list[int] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        said = "; ".join(f"rank {r}: {c or 'nothing'}" for r, c in self.calls.items())
+        where = f"collective {self.seq}: {self.kind} ({said})"
+        if self.group is not None and self.desc != DEFAULT_GROUP:
+            where = f"group {self.group} ({self.desc or 'no description'}), {where}"
+        empty = (
+            f"rank(s) {self.empty_dumps} left an empty dump (no collective recorded); "
+            if self.empty_dumps
+            else ""
+        )
+        if self.group is None:
+            return empty.rstrip("; ")
+        return f"{empty}{where}; differs on rank(s) {self.culprits}"
+
+
+def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mismatch | None:
+    """The disagreement that started a hang, or None when every group's members agree on
+    everything recorded and no dump is empty.
+
+    Each group is compared on its own (:func:`group_states`). Of the groups that disagree, the
+    answer is the first (in the program's order, then by time) whose culprit waits in no other group: a rank
+    missing from a data-parallel all-reduce because it is stuck in its tensor-parallel group is
+    a victim, not the cause. In each group the expected call is its members' most common one;
+    on a tie, the most common in the groups of the same description; then the lowest rank's.
+    ranks: the ranks of the job (default: every rank with a dump, from ``records.attrs``).
+    """
+    job = _job_ranks(records, ranks)
+    empty = sorted(set(job) - set(records["rank"].unique().tolist()))
+    states = group_states(records, job)
+    bad = states[~states["state"].isin(["healthy", "members unknown"])].sort_values(
+        ["root", "order", "since_ms"], ascending=[False, True, True]
+    )
+    if bad.empty:
+        return Mismatch(0, "empty dump", {}, empty, empty_dumps=empty) if empty else None
+    top = bad.iloc[0]
+    culprits = empty + [r for r in top["culprits"] if r not in empty]
+    return Mismatch(
+        int(top["seq"]), top["state"], top["calls"], culprits, top["group"], top["desc"], empty
+    )
