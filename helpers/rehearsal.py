@@ -143,7 +143,7 @@ def check_traces(folder: str | Path) -> list[tuple[str, bool, str]]:
     launched = gpu[gpu["launch_us"].notna()]
     stepped = launched["step"].notna().mean() if len(launched) else 0.0
     found.append(("GPU events in their launch's step", stepped > 0.95, f"{stepped:.1%} of {len(launched)} launched"))  # fmt: skip
-    if collective_source(events)[0] == NCCL_KERNELS:
+    if collective_source(events).pattern == NCCL_KERNELS:
         waits = collective_waits(events)
         ranks = events["rank"].nunique()
         matched = not waits.empty and waits["rank"].nunique() == ranks

@@ -214,7 +214,7 @@ def test_the_collectives_are_the_cpu_spans_on_a_gloo_trace(real_traces):
     events = load_trace(
         real_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
     ).events
-    assert collective_source(events)[0] == COLLECTIVE_NAMES
+    assert collective_source(events).pattern == COLLECTIVE_NAMES
     assert collective_waits(events)["name"].str.startswith("gloo:").all()
 
 

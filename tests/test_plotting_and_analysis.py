@@ -23,7 +23,7 @@ from helpers.analysis import (
     top_ops,
     waiting_per_step,
 )
-from helpers.analysis.intervals import busy_ms_per_group
+from helpers.analysis.intervals import busy_ms_per_group, uncovered_parts
 from helpers.analysis.kinds import KIND_COLORS
 from helpers.drawing import COLLAPSED_COMMUNICATION, plot_rank_timeline
 from helpers.traces import load_run, load_trace
@@ -86,6 +86,22 @@ def test_timeline_draws_a_real_gpu_trace_with_stream_lanes(real_traces, tmp_path
 def test_busy_time_counts_overlaps_once():
     assert busy_ms([0, 500, 2000], [1000, 1500, 2500]) == pytest.approx(2.0)
     assert busy_ms([], []) == 0.0
+
+
+@pytest.mark.parametrize(
+    "holes, parts",
+    [
+        ([], [(0, 10)]),
+        ([(2, 4)], [(0, 2), (4, 10)]),
+        ([(3, 6), (2, 4)], [(0, 2), (6, 10)]),
+        ([(-5, 1), (9, 20)], [(1, 9)]),
+        ([(0, 10)], []),
+        ([(20, 30)], [(0, 10)]),
+    ],
+    ids=["no hole", "one hole", "overlapping holes", "holes past both ends", "all", "outside"],
+)
+def test_uncovered_parts_are_the_interval_minus_its_holes(holes, parts):
+    assert uncovered_parts(0, 10, holes) == parts
 
 
 def test_busy_time_per_group_is_busy_time_of_each_group():

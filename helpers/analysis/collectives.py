@@ -11,6 +11,7 @@ launched it.
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -47,15 +48,24 @@ _MATCHED_BY = {
 }
 
 
-def collective_source(events: pd.DataFrame) -> tuple[str, str]:
-    """Which events hold a run's collectives, read from the trace itself: ``(pattern, what)``.
+class CollectiveSource(NamedTuple):
+    """Which events hold a run's collectives: a regular expression of their names, and those
+    events in words."""
+
+    pattern: str
+    what: str
+
+
+def collective_source(events: pd.DataFrame) -> CollectiveSource:
+    """Which events hold a run's collectives, read from the trace itself (``.pattern``,
+    ``.what``).
 
     NCCL kernels on the GPU when the trace has them (there an NCCL collective waits and
     moves data); otherwise the CPU spans ``gloo:*`` / ``nccl:*`` / ``mpi:*`` (gloo's are the
     collective itself). A trace with ``nccl:*`` spans but no kernels was profiled without
     CUDA activity: its spans measure only the queueing, and a warning says so."""
     if name_matches(events, NCCL_KERNELS).any():
-        return NCCL_KERNELS, "NCCL kernels on the GPU"
+        return CollectiveSource(NCCL_KERNELS, "NCCL kernels on the GPU")
     if name_matches(events, r"^nccl:").any():
         warnings.warn(
             "this trace has nccl:* spans but no NCCL kernels: the CPU spans only queue the "
@@ -63,7 +73,7 @@ def collective_source(events: pd.DataFrame) -> tuple[str, str]:
             "ProfilerActivity.CUDA to record the kernels",
             stacklevel=3,
         )
-    return COLLECTIVE_NAMES, "CPU spans (gloo:, nccl:, mpi:)"
+    return CollectiveSource(COLLECTIVE_NAMES, "CPU spans (gloo:, nccl:, mpi:)")
 
 
 def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
@@ -73,7 +83,7 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     A collective is matched by what the trace records about it: its sequence number where
     present; else its collective name, process group and message size (the i-th such on
     each rank); else its event name (the i-th such on each rank)."""
-    pattern = collective_source(events)[0] if names is None else names
+    pattern = collective_source(events).pattern if names is None else names
     ev = events[name_matches(events, pattern)].sort_values(["rank", "start_us"], kind="stable")
     ev = ev.assign(name=event_names(ev))
     label = ev["collective"].astype(str).where(ev["collective"].notna(), ev["name"])
@@ -226,7 +236,7 @@ def communication_overlap(events: pd.DataFrame, names: str | None = None) -> pd.
 
     Returns one row per rank and step: ``rank, step, comm_ms, overlapped_ms, overlap``.
     """
-    pattern = collective_source(events)[0] if names is None else names
+    pattern = collective_source(events).pattern if names is None else names
     comm = events[name_matches(events, pattern)].dropna(subset=["step"])
     compute = _compute_events(events, comm, gpu=pattern == NCCL_KERNELS).dropna(subset=["step"])
     rows = []

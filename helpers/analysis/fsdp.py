@@ -21,6 +21,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .collectives import collective_waits
+from .intervals import uncovered_parts
 from .kinds import event_names
 
 __all__ = ["ROOT_UNIT", "FSDP_PHASES", "fsdp_phases", "fsdp_collectives"]
@@ -118,26 +119,10 @@ def _compute_rows(
     rows = []
     for unit, (_, begin, end, _) in spans.items():
         nested = [(s[0], s[3]) for u, s in spans.items() if u != unit and _inside(u, unit)]
-        rows += [(rank, step, unit, phase, a, b) for a, b in _without(begin, end, nested)]
+        rows += [(rank, step, unit, phase, a, b) for a, b in uncovered_parts(begin, end, nested)]
     return pd.DataFrame(rows, columns=COLUMNS[:6])
 
 
 def _inside(unit: str, outer: str) -> bool:
     """Whether ``unit`` is a module nested in ``outer`` (every unit is inside the root)."""
     return outer == ROOT_UNIT or unit.startswith(outer + ".")
-
-
-def _without(
-    begin: float, end: float, holes: list[tuple[float, float]]
-) -> list[tuple[float, float]]:
-    """The parts of ``[begin, end]`` outside every one of ``holes``."""
-    parts, at = [], begin
-    for a, b in sorted(holes):
-        if b <= at or a >= end:
-            continue
-        if a > at:
-            parts.append((at, a))
-        at = max(at, b)
-    if at < end:
-        parts.append((at, end))
-    return [p for p in parts if p[1] > p[0]]

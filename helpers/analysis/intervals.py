@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["merge_intervals", "busy_ms", "busy_ms_per_group", "covered_us"]
+__all__ = ["merge_intervals", "busy_ms", "busy_ms_per_group", "covered_us", "uncovered_parts"]
 
 
 def merge_intervals(starts, ends, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -87,3 +87,20 @@ def covered_us(starts: np.ndarray, ends: np.ndarray, block_starts, block_ends) -
         return np.where(i > 0, cumulative[last] + partial, 0.0)
 
     return float((covered_until(ends) - covered_until(starts)).sum())
+
+
+def uncovered_parts(
+    begin: float, end: float, holes: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The parts of ``[begin, end]`` outside every one of ``holes`` (intervals, overlapping or
+    not), in order: ``[begin, end]`` minus the holes."""
+    parts, at = [], begin
+    for a, b in sorted(holes):
+        if b <= at or a >= end:
+            continue
+        if a > at:
+            parts.append((at, a))
+        at = max(at, b)
+    if at < end:
+        parts.append((at, end))
+    return [p for p in parts if p[1] > p[0]]

@@ -185,6 +185,8 @@ def waiting_section(waiting: pd.Series | None, step_ms: float | None, missing: i
 
 
 def kinds_section(kinds: pd.DataFrame) -> Section:
+    """Wall time per kind of event and rank, from :func:`time_per_kind`'s table: the table, a
+    figure with a dot per kind on each rank's row, and which kind of work takes the most."""
     title = "Time per kind"
     kinds = kinds.loc[:, (kinds > 0).any()].round(1)
     if kinds.empty:
@@ -231,6 +233,9 @@ def _listed(ranks) -> str:
 
 
 def gpu_section(events: pd.DataFrame) -> Section:
+    """The GPU per rank, from a run's events: launch-to-start lag, the share of NCCL kernel time
+    hidden under other kernels, the busiest stream's idle share (medians over the steps), and
+    the best median bus bandwidth where message sizes were recorded. A table, no figure."""
     title = "The GPU"
     work = events[events["kind"].isin(["gpu kernel", "gpu memory"]) & events["launch_us"].notna()]
     lag = ((work["start_us"] - work["launch_us"]) / 1e3).groupby(work["rank"]).median()
@@ -259,6 +264,8 @@ def gpu_section(events: pd.DataFrame) -> Section:
 
 
 def phases_section(phases: pd.DataFrame) -> Section:
+    """A sharded job's phases, from :func:`fsdp_phases`' table: ms per step and rank for each
+    unit and phase, and a figure of the last step of the first two ranks."""
     title = "A sharded job's phases"
     per_unit = phases.pivot_table(index="unit", columns="phase", values="ms", aggfunc="sum")
     per_unit = (per_unit / phases.groupby(["rank", "step"]).ngroups).fillna(0.0).round(1)
