@@ -1,7 +1,7 @@
 """Flight Recorder dumps of a job of many process groups, read group by group: real dumps of
-examples/mesh_hang.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo), one folder per bug,
+examples/mesh_job.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo), one folder per bug,
 made with ``RUN_DIR=tests/data/mesh-hang/<bug> torchrun --standalone --nproc-per-node 4
-examples/mesh_hang.py --bug <bug>``."""
+examples/mesh_job.py --bug <bug>``."""
 
 import json
 import pickle

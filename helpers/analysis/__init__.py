@@ -35,6 +35,7 @@ from .collectives import (
     find_straggler,
     matched_collectives,
     unmatched_collectives,
+    waiting_per_group,
     waiting_per_step,
 )
 from .critical_path import critical_path, path_summary, step_windows
@@ -70,6 +71,7 @@ __all__ = [
     "unmatched_collectives",
     "waiting_per_step",
     "find_straggler",
+    "waiting_per_group",
     "communication_overlap",
     "collective_bandwidth",
     "bus_factor",

@@ -28,6 +28,7 @@ __all__ = [
     "unmatched_collectives",
     "waiting_per_step",
     "find_straggler",
+    "waiting_per_group",
     "communication_overlap",
     "collective_bandwidth",
     "bus_factor",
@@ -192,6 +193,50 @@ def find_straggler(events: pd.DataFrame, names: str | None = None) -> int:
             "traces with ProfilerStep#N and collectives (gloo:/nccl: spans or NCCL kernels)"
         )
     return int(waits.median().idxmin())
+
+
+def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """Per process group: the member the others wait for, and how long they wait.
+
+    Needs traces that name each collective's group (``process_group``: NCCL's do; for gloo's,
+    ``with_groups_from_flight_records`` takes it from the Flight Recorder), so that each is
+    matched within its own group. A member's waiting in a group is its waiting in that group's
+    collectives per step (ms, overlaps counted once, as in :func:`waiting_per_step`), median
+    over the steps.
+
+    Returns one row per group: ``process_group, ranks, straggler`` (the member that waits
+    least), ``straggler_wait_ms`` and ``others_wait_ms`` (the longest waiting of the other
+    members). A group whose ``others_wait_ms`` is near zero has no straggler: its least waiting
+    member is only the first to arrive by a hair.
+    """
+    waits = _waits(events, names).dropna(subset=["step"])
+    waits = waits[waits["process_group"].notna()]
+    if waits.empty:
+        raise ValueError(
+            "no collective in a profiler step names its process group: NCCL traces do; for "
+            "gloo traces, take the groups from the Flight Recorder first "
+            "(with_groups_from_flight_records)"
+        )
+    waits = waits.assign(
+        process_group=waits["process_group"].astype(str),
+        wait_end_us=waits["start_us"] + waits["wait_us"],
+    )
+    per_step = busy_ms_per_group(waits, ["process_group", "rank", "step"], "wait_end_us")
+    per_member = per_step.groupby(level=["process_group", "rank"]).median()
+    rows = []
+    for group, members in per_member.groupby(level="process_group"):
+        members = members.droplevel("process_group")
+        straggler = int(members.idxmin())
+        rows.append(
+            {
+                "process_group": group,
+                "ranks": sorted(int(r) for r in members.index),
+                "straggler": straggler,
+                "straggler_wait_ms": float(members[straggler]),
+                "others_wait_ms": float(members.drop(straggler).max()),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------- hidden behind computation

@@ -8,6 +8,9 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
   started a hang, in a job of one group or of many.
 - ``analyser``: :func:`analyse_with_pytorch`, PyTorch's analyser run on checked copies of the
   dumps, its findings read back (an :class:`AnalyserVerdict`).
+- ``trace_groups``: :func:`with_groups_from_flight_records`, each gloo collective of a trace
+  given its process group and sequence number from the Flight Recorder (gloo's trace does not
+  name them), so that the trace's collectives are matched within their own group.
 - ``stacks``: Python stacks as a table (:func:`load_stack_dumps` reads what a rank's
   ``faulthandler`` left in a file; :func:`lines_in_script`, where each rank is in a script).
 - private: ``_dumpreader``, the checked reader of a dump (a pickle): it refuses anything but
@@ -18,6 +21,7 @@ from .analyser import AnalyserVerdict, analyse_with_pytorch
 from .flight_recorder import FlightRecorderError, load_flight_records
 from .groups import Mismatch, first_mismatch, group_members, group_states
 from .stacks import lines_in_script, load_stack_dumps
+from .trace_groups import with_groups_from_flight_records
 
 __all__ = [
     "load_flight_records",
@@ -25,6 +29,7 @@ __all__ = [
     "Mismatch",
     "group_members",
     "group_states",
+    "with_groups_from_flight_records",
     "analyse_with_pytorch",
     "AnalyserVerdict",
     "FlightRecorderError",
