@@ -526,7 +526,7 @@ def sharded_straggler(lesson_run) -> RunRecord:
 
 
 def few_ranks_run(folder: Path, slowed: int) -> RunRecord:
-    """Exercise 12.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
+    """Exercise 13.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
     args = ["--profile-ranks", "0,1", "--slow-rank", str(slowed), "--delay-ms", "80"]
     run = fake_run(folder, "train_ddp.py", args=args, nproc=3)
     run.experiment = "hidden-straggler"
@@ -562,6 +562,29 @@ def half_delay_predicted(lesson_run) -> float:
 
 
 @pytest.fixture(scope="module")
+def hidden_stall(tmp_path_factory) -> RunRecord:
+    """Exercise 12.1's run: launch_with_a_hidden_stall chose rank 3 at step 3 (the dumps of a
+    real run of mesh_job.py --bug stall, from tests/data)."""
+    args = ["--bug", "stall", "--bug-rank", "3", "--bug-step", "3"]
+    run = fake_run(tmp_path_factory.mktemp("hidden-stall"), "mesh_job.py", args=args, nproc=4)
+    run.experiment, run.status = "hidden-stall", "failed"
+    for dump in (REPO / "tests" / "data" / "mesh-hang" / "stall").glob("fr_*"):
+        (run.run_dir / dump.name).write_bytes(dump.read_bytes())
+    return run
+
+
+@pytest.fixture(scope="module")
+def mesh_straggler(tmp_path_factory) -> RunRecord:
+    """Exercise 12.2's run: rank 3 of mesh_job.py 40 ms late (a real run, from tests/data)."""
+    args = ["--profile", "--steps", "6", "--slow-rank", "3", "--delay-ms", "40"]
+    run = fake_run(tmp_path_factory.mktemp("mesh-straggler"), "mesh_job.py", args=args, nproc=4)
+    run.experiment = "hidden-straggler"
+    for found in (REPO / "tests" / "data" / "mesh-straggler").glob("*_*"):
+        (run.run_dir / found.name).write_bytes(found.read_bytes())
+    return run
+
+
+@pytest.fixture(scope="module")
 def right_evidence(
     lesson_run,
     two_nodes_ranks,
@@ -583,6 +606,8 @@ def right_evidence(
     hidden_slowdown,
     half_delay,
     half_delay_predicted,
+    hidden_stall,
+    mesh_straggler,
     tmp_path_factory,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
@@ -630,8 +655,10 @@ def right_evidence(
             half_delay_predicted,
             {"slow": lesson_run("ddp-straggler"), "half": half_delay},
         ),
-        "12.1": ("not profiled", {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)}),
-        "12.2": ([0, 12, 20, 21, 28], {}),
+        "12.1": ({"group": "2", "seq": 3, "rank": 3}, {"run": hidden_stall}),
+        "12.2": ({"1": None, "2": 3, "3": 2, "4": 3}, {"run": mesh_straggler}),
+        "13.1": ("not profiled", {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)}),
+        "13.2": ([0, 12, 20, 21, 28], {}),
     }
 
 
@@ -1329,33 +1356,90 @@ def test_11_2_says_how_close_the_prediction_came_to_the_run(half_evidence, half_
 # -------------------------------------------------------------------------- lesson 12
 
 
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ({"group": "2", "seq": 3, "rank": 2}, "victim"),
+        ({"group": "4", "seq": 3, "rank": 3}, "missing there too"),
+        ({"group": "1", "seq": 3, "rank": 3}, "first_mismatch(records).group"),
+        ({"group": "2", "seq": 5, "rank": 3}, "across both of its groups"),
+        ({"group": "2", "seq": 2, "rank": 3}, "own sequence number"),
+        ({"seq": 3, "rank": 3}, "answer with a dict"),
+    ],
+    ids=[
+        "its partner, which waits",
+        "its dp group, where it is missing too",
+        "a group it is not in",
+        "the count across groups",
+        "the collective before",
+        "no group",
+    ],
+)
+def test_12_1_rejects(answer, hint, hidden_stall):
+    assert rejected(evaluate("12.1", answer, run=hidden_stall), hint)
+
+
+def test_12_1_rejects_a_run_that_is_not_the_hidden_stall(hidden_stall):
+    run = dataclasses.replace(hidden_stall, experiment="mesh-stall")
+    answer = {"group": "2", "seq": 3, "rank": 3}
+    assert rejected(evaluate("12.1", answer, run=run), "launch_with_a_hidden_stall()")
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ({"1": 0, "2": 3, "3": 2, "4": 3}, "nobody waits long"),
+        ({"1": None, "2": 3, "3": 3, "4": 3}, "arrives late to the next"),
+        ({"1": None, "2": 2, "3": 0, "4": 1}, "arrives late to the next"),
+        ({"2": 3, "3": 2, "4": 3}, "one entry per group"),
+    ],
+    ids=[
+        "a straggler in the group that waits for nobody",
+        "the slow rank everywhere",
+        "the first to arrive in each group",
+        "a group left out",
+    ],
+)
+def test_12_2_rejects(answer, hint, mesh_straggler):
+    assert rejected(evaluate("12.2", answer, run=mesh_straggler), hint)
+
+
+def test_12_2_rejects_a_run_without_the_profiler(mesh_straggler):
+    run = dataclasses.replace(mesh_straggler, args=["--slow-rank", "3", "--delay-ms", "40"])
+    answer = {"1": None, "2": 3, "3": 2, "4": 3}
+    assert rejected(evaluate("12.2", answer, run=run), "launch_with_a_hidden_straggler(4")
+
+
+# -------------------------------------------------------------------------- lesson 13
+
+
 def test_12_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
-    assert accepted(evaluate("12.1", 2, run=few_ranks_run(tmp_path, 2)))
+    assert accepted(evaluate("13.1", 2, run=few_ranks_run(tmp_path, 2)))
 
 
 def test_12_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
     assert rejected(
-        evaluate("12.1", 0, run=few_ranks_run(tmp_path, 2)), "every rank profiled waits"
+        evaluate("13.1", 0, run=few_ranks_run(tmp_path, 2)), "every rank profiled waits"
     )
 
 
 def test_12_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
-    assert accepted(evaluate("12.1", 1, run=few_ranks_run(tmp_path, 1)))
+    assert accepted(evaluate("13.1", 1, run=few_ranks_run(tmp_path, 1)))
 
 
 def test_12_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
-    said = evaluate("12.1", "not profiled", run=few_ranks_run(tmp_path, 1))
+    said = evaluate("13.1", "not profiled", run=few_ranks_run(tmp_path, 1))
     assert rejected(said, "among the ranks profiled")
 
 
 def test_12_1_rejects_the_other_profiled_rank(tmp_path):
-    assert rejected(evaluate("12.1", 0, run=few_ranks_run(tmp_path, 1)), "data loading")
+    assert rejected(evaluate("13.1", 0, run=few_ranks_run(tmp_path, 1)), "data loading")
 
 
 def test_12_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
     run.experiment = "hidden-straggler"
-    assert rejected(evaluate("12.1", 1, run=run), "--profile-ranks")
+    assert rejected(evaluate("13.1", 1, run=run), "--profile-ranks")
 
 
 @pytest.mark.parametrize(
@@ -1378,11 +1462,11 @@ def test_12_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     ],
 )
 def test_12_2_rejects_a_plan(plan, hint):
-    assert rejected(evaluate("12.2", plan), hint)
+    assert rejected(evaluate("13.2", plan), hint)
 
 
 def test_12_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
-    assert accepted(evaluate("12.2", [0, 12, 20, 21, 28]))
+    assert accepted(evaluate("13.2", [0, 12, 20, 21, 28]))
 
 
 def test_12_2_history_names_one_rank_and_no_neighbour_of_it():

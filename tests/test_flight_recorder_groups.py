@@ -1,7 +1,7 @@
 """Flight Recorder dumps of a job of many process groups, read group by group: real dumps of
-examples/mesh_job.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo), one folder per bug,
-made with ``RUN_DIR=tests/data/mesh-hang/<bug> torchrun --standalone --nproc-per-node 4
-examples/mesh_job.py --bug <bug>``."""
+lesson 12's mesh_job.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo), one folder per bug
+(rank 3 goes wrong at step 3), made with ``RUN_DIR=tests/data/mesh-hang/<bug> torchrun
+--standalone --nproc-per-node 4 mesh_job.py --bug <bug>``."""
 
 import json
 import pickle
@@ -26,7 +26,7 @@ def records_of(bug: str):
     "bug, group, seq, kind, culprits, empty",
     [
         ("stall", "2", 3, "missing", [3], []),
-        ("different", "2", 3, "different collective", [2], []),
+        ("different", "2", 3, "different collective", [3], []),
         ("empty", "2", 1, "missing", [3], [3]),
     ],
     ids=["a rank stalls in its tp group", "a rank calls another collective", "an empty dump"],
@@ -94,12 +94,16 @@ def test_a_rank_stuck_in_another_group_is_a_victim_not_the_cause(bug):
     assert states.loc["2", "root"]
 
 
-@pytest.mark.parametrize("bug", ["stall", "different", "empty"])
-def test_pytorchs_analyser_agrees_on_every_group_it_reports(bug):
+def analyser_and_ours(bug: str):
     verdict = analyse_with_pytorch(DUMPS / bug)
-    states = group_states(records_of(bug)).set_index("group")
-
     assert verdict.findings, verdict.output
+    return verdict, group_states(records_of(bug)).set_index("group")
+
+
+@pytest.mark.parametrize("bug", ["stall", "empty"])
+def test_pytorchs_analyser_agrees_on_every_group_it_reports(bug):
+    verdict, states = analyser_and_ours(bug)
+
     for finding in verdict.findings:
         ours = states.loc[finding.group]
         assert (finding.desc, finding.seq, finding.kind, finding.culprits) == (
@@ -114,6 +118,22 @@ def test_pytorchs_analyser_agrees_on_every_group_it_reports(bug):
         mismatch.kind,
         mismatch.culprits,
     )
+
+
+def test_in_a_pair_that_disagrees_the_groups_of_its_kind_say_which_rank_differs():
+    # rank 3 calls broadcast where rank 2, and the other tp group, call all_reduce: a pair
+    # has no majority, and PyTorch's analyser blames the rank it compared the other with
+    verdict, states = analyser_and_ours("different")
+
+    assert [(f.group, f.seq, f.kind) for f in verdict.findings] == [
+        (g, states.loc[g, "seq"], states.loc[g, "state"]) for g in ["2", "3", "4"]
+    ]
+    assert verdict.findings[0].culprits == [2]
+    assert states.loc["2", "culprits"] == [3]
+    assert states.loc["2", "calls"] == {
+        2: "gloo:all_reduce [[64, 8]]",
+        3: "gloo:broadcast [[64, 8]]",
+    }
 
 
 def test_pytorchs_analyser_fails_on_gloos_own_group_list(tmp_path):

@@ -19,7 +19,7 @@ prints the verdict for the learner. With the environment variable ``PDP_CHECKS_M
 worked solution that stops passing its check fails its notebook; an exercise not answered yet
 never raises.
 
-The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson12``
+The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson13``
 (``common`` holds what they share, ``hidden`` the helpers that choose an exercise's answer at
 random and keep it for the check). To add the checks of lesson NN:
 
@@ -55,16 +55,18 @@ from . import (
     lesson10,
     lesson11,
     lesson12,
+    lesson13,
 )
 from .common import Check
 from .hidden import (
     anonymise_traces,
     launch_with_a_hidden_slowdown,
+    launch_with_a_hidden_stall,
     launch_with_a_hidden_straggler,
     skew_a_node,
     slow_a_rank,
 )
-from .lesson12 import past_reports
+from .lesson13 import past_reports
 
 __all__ = [
     "check",
@@ -76,6 +78,7 @@ __all__ = [
     "anonymise_traces",
     "launch_with_a_hidden_straggler",
     "launch_with_a_hidden_slowdown",
+    "launch_with_a_hidden_stall",
     "past_reports",
     "skew_a_node",
     "slow_a_rank",
@@ -95,6 +98,7 @@ LESSONS: tuple[ModuleType, ...] = (
     lesson10,
     lesson11,
     lesson12,
+    lesson13,
 )
 
 #: Set to 1 to make :func:`check` raise on a wrong answer (CI runs the solutions so).

@@ -4,8 +4,10 @@ order, or set it themselves.
 
 - :func:`anonymise_traces` (exercise 3.2): a run's trace files get names that say nothing; the
   old names are kept in the run folder (``renamed.json``).
-- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 12.1): a run with one rank slowed,
+- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 13.1): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
+- :func:`launch_with_a_hidden_stall` (12.1): a hung run of a 2x2 mesh, one rank stalled at one
+  step, both chosen at random (kept in the run's manifest, as its arguments).
 - :func:`launch_with_a_hidden_slowdown` (11.1): a run with one rank's batches, backward or
   optimizer step slowed, the rank and the part chosen at random (kept likewise).
 - :func:`skew_a_node` (7.2): a copy of a run's events with one node's clock moved by a random
@@ -28,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from ..analysis import shift_ranks
-from ..jobs import BackgroundRun, RunRecord, launch
+from ..jobs import BackgroundRun, LaunchError, RunRecord, launch
 from .common import TRAIN_DDP_SCRIPT, arguments, close, is_run, number, whole
 
 __all__ = [
@@ -42,6 +44,9 @@ __all__ = [
     "launch_with_a_hidden_straggler",
     "launch_with_a_hidden_slowdown",
     "HIDDEN_SLOWDOWN_EXPERIMENT",
+    "launch_with_a_hidden_stall",
+    "HIDDEN_STALL_EXPERIMENT",
+    "MESH_SCRIPT",
     "SLOWED_PARTS",
     "judge_hidden_straggler",
     "skew_a_node",
@@ -56,6 +61,10 @@ HIDDEN_SKEW = "hidden skew (µs)"
 HIDDEN_STRAGGLER_EXPERIMENT = "hidden-straggler"
 #: The experiment of every run of :func:`launch_with_a_hidden_slowdown`.
 HIDDEN_SLOWDOWN_EXPERIMENT = "hidden-slowdown"
+#: The experiment of every run of :func:`launch_with_a_hidden_stall`.
+HIDDEN_STALL_EXPERIMENT = "hidden-stall"
+#: Lesson 12's job of two dimensions: 4 ranks on a 2x2 mesh of tp and dp groups.
+MESH_SCRIPT = "mesh_job.py"
 #: What a hidden slowdown slows on its rank (train_ddp.py's ``--slow-part``).
 SLOWED_PARTS = ("data", "backward", "optimizer")
 #: The delays per batch a hidden straggler gets, in ms (one of them, at random). Each is more than
@@ -139,6 +148,24 @@ def launch_with_a_hidden_slowdown(
     options.setdefault("echo", False)
     options["experiment"] = HIDDEN_SLOWDOWN_EXPERIMENT
     return launch(TRAIN_DDP_SCRIPT, nproc=nproc, args=[*args, *hidden], **options)
+
+
+def launch_with_a_hidden_stall(seed: int | None = None, **options: Any) -> RunRecord:
+    """Launch lesson 12's ``mesh_job.py`` on 4 ranks with one rank stalled before its tp
+    all-reduce at one step (``--bug stall --bug-rank R --bug-step S``, R of 0 to 3 and S of 2
+    to 4 chosen at random and kept in the run's manifest for the check). The job hangs and
+    fails after its 3 s timeout: the failed run's record is returned (not raised). The run's
+    experiment is always ``hidden-stall``; ``options`` go to :func:`helpers.launch`."""
+    chooser = _chooser(seed)
+    hidden = ["--bug", "stall", "--bug-rank", str(chooser.randrange(4))]
+    hidden += ["--bug-step", str(chooser.randrange(2, 5))]
+    options.setdefault("echo", False)
+    options.setdefault("timeout", 60)
+    options.update(experiment=HIDDEN_STALL_EXPERIMENT, cpu=True)
+    try:
+        return launch(MESH_SCRIPT, nproc=4, args=hidden, **options)
+    except LaunchError as err:
+        return err.record
 
 
 def judge_hidden_straggler(

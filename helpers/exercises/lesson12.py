@@ -1,143 +1,119 @@
-"""The checks of lesson 12's exercises (``notebooks/12_your_own_job.ipynb``; worked in
-``solutions/12_solutions.ipynb``): a job of 3 ranks profiled on 2, one rank slowed at random
-(:func:`helpers.launch_with_a_hidden_straggler`), diagnosed from its report alone: the slowed
-rank, or ``"not profiled"`` when the report shows that the ranks profiled all wait for another;
-and the ranks to profile of a job of 4 machines of 8 GPUs, 6 at most, worked out from what its
-last two runs' reports said (:func:`past_reports`)."""
+"""The checks of lesson 12's exercises (``notebooks/12_many_process_groups.ipynb``; worked in
+``solutions/12_solutions.ipynb``): in a job of a 2x2 mesh of tensor parallel (tp) and data
+parallel (dp) groups, the group, collective and rank where a hidden stall began, read from the
+Flight Recorder dumps; and each group's straggler when one rank is slowed at random, read from
+the traces."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
+from ..hangs import FlightRecorderError, group_members, load_flight_records
+from .common import Check, arguments, is_run, whole, wrong_run
+from .hidden import HIDDEN_STALL_EXPERIMENT, HIDDEN_STRAGGLER_EXPERIMENT, MESH_SCRIPT
 
-from .common import TRAIN_DDP_SCRIPT, Check, arguments, is_run, whole, whole_numbers
-from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS"]
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "NOT_PROFILED", "past_reports"]
-
-SCRIPTS = (TRAIN_DDP_SCRIPT,)
-FLAGS = ("--profile-ranks", "--slow-rank")
-#: The answer when the straggler is one of the ranks that left no trace.
-NOT_PROFILED = "not profiled"
-_LAUNCH = 'launch_with_a_hidden_straggler(3, common + ["--profile-ranks", "0,1"], delays_ms=(300, 400, 500))'  # fmt: skip
-
-
-def _profiled(run: Any) -> list[int] | None:
-    """The ranks a run of train_ddp.py profiled, when it profiled only some of them."""
-    chosen = str(arguments(run).get("--profile-ranks", "all"))
-    if chosen == "all":
-        return None
-    ranks = [whole(r) for r in chosen.split(",")]
-    return sorted(r for r in ranks if r is not None)
+SCRIPTS = (MESH_SCRIPT,)
+FLAGS = ("--bug", "--bug-rank", "--bug-step", "--slow-rank", "--delay-ms", "--profile", "--steps")
+_LAUNCH_12_1 = "launch_with_a_hidden_stall()"
+_LAUNCH_12_2 = (
+    'launch_with_a_hidden_straggler(4, args=["--profile", "--steps", "6"], script="mesh_job.py")'
+)
 
 
-def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
-    """12.1: the slowed rank of a job profiled on some of its ranks, or "not profiled"."""
-    hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
-    profiled = _profiled(run) if is_run(run) else None
-    slowed = whole(arguments(run).get("--slow-rank", -1)) if is_run(run) else None
-    if not hidden or run.script != TRAIN_DDP_SCRIPT or profiled is None or slowed is None:
-        return False, f"launch the job with {_LAUNCH} and hand the check that run"
-    unprofiled = sorted(set(range(run.world_size)) - set(profiled))
-    said = answer.strip().lower() if isinstance(answer, str) else whole(answer)
-    if said is None or (isinstance(said, str) and said != NOT_PROFILED):
-        return False, f'answer with a rank, or "{NOT_PROFILED}" if the straggler left no trace'
-    if slowed in profiled:
-        if said == NOT_PROFILED:
-            return False, (
-                "one rank profiled takes far longer to load its batches than the other (time per "
-                "kind): the straggler is among the ranks profiled"
-            )
-        if said != slowed:
-            return False, "not that rank: whose data loading stands out in the time per kind?"
-        return True, f"rank {slowed}: profiled, and its batches are the slow ones"
-    right = said == NOT_PROFILED or (said == slowed and unprofiled == [slowed])
-    if not right:
+def _groups_of(run: Any) -> tuple[dict[str, list[int]], dict[str, str]] | str:
+    """The run's groups ``{name: ranks}`` and ``{name: description}`` from its dumps, or a hint."""
+    try:
+        records = load_flight_records(run.run_dir, expect_ranks=range(4))
+    except FlightRecorderError as err:
+        return f"no usable Flight Recorder dumps in this run ({err}): launch it again"
+    descs = dict(zip(records["group"], records["group_desc"]))
+    return group_members(records), descs
+
+
+def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
+    """12.1: ``{"group": name, "seq": n, "rank": r}`` of a hidden stall: the tp group of the
+    stalled rank, the group's own number of the collective it never called, and the rank."""
+    given = arguments(run) if is_run(run) else {}
+    stalled, step = whole(given.get("--bug-rank", -1)), whole(given.get("--bug-step", -1))
+    if not is_run(run) or run.experiment != HIDDEN_STALL_EXPERIMENT or stalled is None:
+        return False, f"launch the run with {_LAUNCH_12_1} and hand the check that run"
+    found = _groups_of(run)
+    if isinstance(found, str):
+        return False, found
+    members, descs = found
+    tp = next(g for g, ranks in members.items() if stalled in ranks and descs.get(g) == "tp")
+    if not isinstance(answer, dict) or {"group", "seq", "rank"} - set(answer):
+        return False, 'answer with a dict {"group": ..., "seq": ..., "rank": ...}'
+    rank, seq, group = whole(answer["rank"]), whole(answer["seq"]), str(answer["group"])
+    if rank != stalled:
         return False, (
-            "every rank profiled waits and none loads its batches slowly: none of them is the one "
-            "they wait for. Read the report's section 'What the traces cannot tell', after what held the steps"
+            "that rank called the collective and waits: a rank missing from a group because "
+            "it waits in another group is a victim; group_states(records) says where each "
+            "missing rank waits"
         )
-    return True, (
-        f"rank {slowed} was slowed and left no trace: the ranks profiled ({profiled}) all wait "
-        "for it, which is how a report of a few ranks points outside them"
-    )
-
-
-#: Exercise 12.2's job: machines, ranks per machine, how many ranks may be profiled this time.
-MACHINES, PER_MACHINE, BUDGET = 4, 8, 6
-#: What the reports of the job's last two runs said, each profiled on a few ranks: per run, its
-#: median step (ms) and each profiled rank's median waiting per step (ms). On Monday every rank
-#: profiled waited two fifths of a step and none stood out: the rank they waited for left no
-#: trace. On Tuesday rank 20 waited least by far: the straggler, or its machine (16-23), where
-#: Monday profiled no rank.
-_REPORTS = {
-    "monday": (482.0, {0: 205.1, 1: 201.7, 8: 198.4, 24: 202.9}),
-    "tuesday": (476.0, {0: 201.3, 12: 207.2, 20: 8.6, 28: 199.0}),
-}
-#: The rank Tuesday's report named as the straggler.
-_SUSPECT = 20
-
-
-def past_reports() -> pd.DataFrame:
-    """Exercise 12.2's history: what the reports of a job's last two runs said, one row per run
-    and rank profiled: ``run, rank, machine, median step (ms), median waiting per step (ms)``.
-    The job runs on 4 machines of 8 ranks each (ranks 0-7 on machine 0, 8-15 on machine 1...)."""
-    rows = [
-        {
-            "run": run,
-            "rank": rank,
-            "machine": rank // PER_MACHINE,
-            "median step (ms)": step,
-            "median waiting per step (ms)": waiting,
-        }  # fmt: skip
-        for run, (step, waits) in _REPORTS.items()
-        for rank, waiting in waits.items()
-    ]
-    return pd.DataFrame(rows)
-
-
-def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
-    """12.2: at most BUDGET ranks of MACHINES x PER_MACHINE, planned from past_reports(): a rank
-    on every machine, rank 0, the rank Tuesday named and a neighbour of it on its machine."""
-    world = MACHINES * PER_MACHINE
-    ranks = whole_numbers(answer)
-    if ranks is None or not ranks:
-        return False, "answer with a list of ranks, e.g. [0, 5, 9]"
-    if len(set(ranks)) != len(ranks) or not all(0 <= r < world for r in ranks):
-        return False, f"ranks are 0 to {world - 1}, each once"
-    if len(ranks) > BUDGET:
-        return False, f"at most {BUDGET} ranks: every trace costs the job time and someone reading"
-    if _SUSPECT not in ranks:
+    if group != tp:
+        in_dp = descs.get(group) == "dp" and stalled in members.get(group, [])
         return False, (
-            "past_reports() points at one rank: in one run a rank waits far less than every "
-            "other rank profiled, so the others wait for it. Profile it again"
+            f"rank {stalled} is missing there too, but it stopped before its tp all-reduce, "
+            "which comes first in each step"
+            if in_dp
+            else "not that group: first_mismatch(records).group names it"
         )
-    machine = _SUSPECT // PER_MACHINE
-    if not any(r // PER_MACHINE == machine and r != _SUSPECT for r in ranks):
-        first = machine * PER_MACHINE
+    if seq == 2 * step - 1:
         return False, (
-            f"is it rank {_SUSPECT}, or its whole machine (ranks {first}-{first + PER_MACHINE - 1})? "
-            "No run has profiled another rank of that machine: add a neighbour, and the next "
-            "report tells"
+            "that counts the rank's collectives across both of its groups; each group numbers "
+            "its own, from 1"
         )
-    bare = [m for m in range(MACHINES) if not any(r // PER_MACHINE == m for r in ranks)]
-    if bare:
-        first = bare[0] * PER_MACHINE
+    if seq != step:
+        return False, f"not that collective: group {tp}'s own sequence number where it parts"
+    return True, f"rank {stalled} stopped before collective {step} of its tp group {tp}"
+
+
+def _stragglers_per_group(answer: Any, run: Any) -> tuple[bool, str]:
+    """12.2: ``{group name: straggler rank or None}`` for the four groups of a run of
+    mesh_job.py with one rank slowed at random before its tp all-reduce."""
+    wrong = wrong_run(run, MESH_SCRIPT, {"--profile": None}, nproc=4)
+    given = arguments(run) if is_run(run) else {}
+    slow = whole(given.get("--slow-rank", -1))
+    if wrong or run.experiment != HIDDEN_STRAGGLER_EXPERIMENT or slow is None or slow < 0:
+        return False, f"launch the run with {_LAUNCH_12_2} and hand the check that run"
+    found = _groups_of(run)
+    if isinstance(found, str):
+        return False, found
+    members, descs = found
+    if not isinstance(answer, dict) or set(map(str, answer)) != set(members):
         return False, (
-            f"machine {bare[0]} (ranks {first}-{first + PER_MACHINE - 1}) has no rank profiled: "
-            "a slow machine slows all its ranks alike, and only a rank of it can show it"
+            f"answer with a dict of one entry per group, {sorted(members)}: its straggler's "
+            "rank, or None where nobody waits (waiting_per_group(...)['process_group'])"
         )
-    if 0 not in ranks:
-        return False, "rank 0 often does extra work (logging, checkpoints): profile it"
-    return True, (
-        f"{sorted(ranks)}: rank {_SUSPECT}, which Tuesday's report named, a neighbour on its "
-        "machine to tell a slow rank from a slow machine, every machine, and rank 0"
+    partner = next(r for g, ranks in members.items() if slow in ranks and descs[g] == "tp"
+                   for r in ranks if r != slow)  # fmt: skip
+    expected = {
+        g: slow if slow in ranks else (partner if descs[g] == "dp" else None)
+        for g, ranks in members.items()
+    }
+    said = {str(g): (None if r is None else whole(r)) for g, r in answer.items()}
+    if said == expected:
+        return True, (
+            f"rank {slow} is late in its tp group; then it and rank {partner} are both late to "
+            "their dp groups, and the other tp group waits for nobody"
+        )
+    other_tp = next(g for g, ranks in members.items() if descs[g] == "tp" and slow not in ranks)
+    if said[other_tp] is not None:
+        return False, (
+            f"in group {other_tp} nobody waits long: its least waiting member is first by a "
+            "hair (compare others_wait_ms with the other groups')"
+        )
+    return False, (
+        "not every group's straggler: the rank the others wait for in a group is the one that "
+        "arrives last there, and a rank that waited in one group arrives late to the next"
     )
 
 
 #: Lesson 12's checks, by exercise number.
 CHECKS: dict[str, Check] = {
-    "12.1": _the_straggler_from_a_report,
-    "12.2": _ranks_to_profile,
+    "12.1": _where_the_stall_began,
+    "12.2": _stragglers_per_group,
 }
