@@ -7,13 +7,13 @@ whose ``__init__`` says what it does and what it exports.
 - ``drawing``: per-rank timelines and the other figures of the series
 - ``report``: one HTML report of any folder of traces (``python -m helpers.report``)
 - ``live``: a running job's debug servers and the questions asked of them (lesson 9)
-- ``hangs``: the Flight Recorder's dumps of a hung job (lesson 8)
+- ``hangs``: the Flight Recorder's dumps of a hung job, read group by group (lessons 8 and 12)
 - ``exercises``: the checks of the lessons' exercises, one module per lesson
 - ``doctor``: the pre-flight check of a machine (``python -m helpers.doctor``)
 - ``rehearsal``: the GPU rehearsal of the series (``python -m helpers.rehearsal``)
 
 A room imports only the rooms before it in this order: ``jobs``, ``analysis``, ``traces``,
-``drawing``, ``report``, ``hangs``, ``live``, ``exercises``, ``doctor``, ``rehearsal``
+``drawing``, ``hangs``, ``report``, ``live``, ``exercises``, ``doctor``, ``rehearsal``
 (``_files``, atomic writes, is shared by all; ``tests/test_layout.py`` checks it).
 
 Everything a lesson uses is importable from here in one line, for example

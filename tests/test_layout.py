@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "helpers"
 
 #: The rooms in the order they may import each other: each imports only those before it.
-ROOMS = ["jobs", "analysis", "traces", "drawing", "report", "hangs", "live", "exercises", "doctor", "rehearsal"]  # fmt: skip
+ROOMS = ["jobs", "analysis", "traces", "drawing", "hangs", "report", "live", "exercises", "doctor", "rehearsal"]  # fmt: skip
 #: Rooms that are one module, run as a command, not imported by the lessons.
 COMMANDS = ("doctor", "rehearsal")
 #: Modules at the top of helpers/ that every room may import.

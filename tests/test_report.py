@@ -148,6 +148,27 @@ def test_two_ranks_of_a_128_rank_gpu_job_say_who_is_missing_and_that_neither_sta
     assert (gpu["launch to start (ms, median)"] > 0).all()
 
 
+MESH_STRAGGLER = REPO / "tests" / "data" / "mesh-straggler"  # 2x2 tp x dp, rank 3 late in tp
+PER_GROUP = "Waiting per process group"
+
+
+def test_flight_recorder_dumps_beside_gloo_traces_give_each_groups_straggler(tmp_path):
+    folder = shutil.copytree(MESH_STRAGGLER, tmp_path / "run", ignore=shutil.ignore_patterns(".*"))
+
+    table = build_report(folder).section(PER_GROUP).table
+
+    assert table["straggler"].to_dict() == {"1": None, "2": 3, "3": 2, "4": 3}
+
+
+def test_gloo_traces_without_dumps_get_no_section_per_group(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for trace in MESH_STRAGGLER.glob("rank*_trace.json.gz"):
+        shutil.copy(trace, folder)
+
+    assert PER_GROUP not in [s.title for s in build_report(folder).sections]
+
+
 def test_a_sharded_run_gets_its_phases(lesson_run):
     report = build_report(lesson_run("fsdp").run_dir)
     phases = report.section("A sharded job's phases")

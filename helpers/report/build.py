@@ -19,8 +19,10 @@ from ..analysis import (
     fsdp_phases,
     step_times,
     time_per_kind,
+    waiting_per_group,
 )
 from ..analysis.lanes import lane_intervals
+from ..hangs import FlightRecorderError, load_flight_records, with_groups_from_flight_records
 from ..jobs.runs import show_path
 from ..traces import (
     NotATrace,
@@ -38,6 +40,7 @@ from .held import held_section, held_section_of_summary
 from .sections import (
     Section,
     gpu_section,
+    groups_section,
     kinds_section,
     median_step,
     median_waiting,
@@ -164,6 +167,7 @@ def _read_whole(files: list[Path], skip_bad: bool, progress: bool | None) -> _Re
         ranks = [f for f in files if not written_by_merge(f)] or files
         run = load_run(ranks, strict=not skip_bad, progress=progress, cache=False)
         events, headers, skipped = run.events, run.headers, run.skipped
+        events = _with_groups_from_dumps(events, {Path(h.path).parent for h in headers})
     return _Read(
         events,
         time_per_kind(events),
@@ -173,6 +177,23 @@ def _read_whole(files: list[Path], skip_bad: bool, progress: bool | None) -> _Re
         skipped,
         read=sorted({Path(h.path) for h in headers}),
     )
+
+
+def _with_groups_from_dumps(events: pd.DataFrame, folders: set[Path]) -> pd.DataFrame:
+    """``events`` with each gloo collective's process group taken from the Flight Recorder
+    dumps beside the traces (``fr_<rank>``, one folder), when there are some: gloo's traces do
+    not name the group. Unchanged without dumps, or with dumps that cannot be read (a note
+    says why)."""
+    gloo = events["name"].astype(str).str.startswith("gloo:") & events["seq"].isna()
+    if len(folders) != 1 or not gloo.any():
+        return events
+    try:
+        records = load_flight_records(next(iter(folders)))
+    except FlightRecorderError as err:
+        if "no Flight Recorder dumps" not in err.problem:
+            warnings.warn(f"the Flight Recorder dumps were left out: {err}", stacklevel=2)
+        return events
+    return with_groups_from_flight_records(events, records)
 
 
 def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None) -> _Read:
@@ -249,6 +270,11 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
         held = [s for s in [held_section_of_summary(read.summary, events, times)] if s is not None]
     sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
+    if read.whole and events["process_group"].nunique() > 1:
+        try:
+            sections.append(groups_section(waiting_per_group(events)))
+        except ValueError:  # no collective inside a step names its group
+            pass
     if gpu and read.whole:
         sections.append(gpu_section(events))
     phases = fsdp_phases(events) if has_steps and read.whole else pd.DataFrame()

@@ -278,3 +278,24 @@ def phases_section(phases: pd.DataFrame) -> Section:
     figure = _png(plot_fsdp_phases(drawn, last, title=f"ProfilerStep#{last} by phase"))
     alt = "FSDP's phases of one step, a row per unit of each of two ranks."
     return Section(title, text, per_unit, figure, alt)
+
+
+def groups_section(per_group: pd.DataFrame) -> Section:
+    """Waiting per process group, from :func:`waiting_per_group`'s table: each group's members,
+    the member the others wait for, and how long they wait; a group whose others wait less
+    than a tenth of the longest such wait is said to have no straggler."""
+    longest = float(per_group["others_wait_ms"].max())
+    table = per_group.set_index("process_group")[["ranks", "straggler", "others_wait_ms"]]
+    waited = table["others_wait_ms"] >= 0.1 * longest
+    table["straggler"] = table["straggler"].astype(object).where(waited, None)
+    table = table.rename(columns={"others_wait_ms": "the others wait (ms per step, median)"})
+    named = "; ".join(f"group {g}: rank {r}" for g, r in table["straggler"].dropna().items())
+    text = (
+        "Each collective matched within its own process group (the traces, or the Flight "
+        "Recorder dumps beside them, name its group). Per group, the member the others wait "
+        f"for: {named or 'none'}. A rank that waited in one group arrives late at the next, so "
+        "a slow rank makes its partners stragglers of the groups they meet next: the rank to "
+        "look at is the one that is the straggler of its groups and waits in none (the "
+        "waiting section's)."
+    )
+    return Section("Waiting per process group", text, table.round(1))
