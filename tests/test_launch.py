@@ -22,7 +22,7 @@ from helpers.jobs import (
     processes_of_run,
 )
 from helpers.jobs._liverun import _CtrlC
-from helpers.jobs._ranklogs import MAX_LINE, TAIL_LINES, _RankLogs
+from helpers.jobs._ranklogs import MAX_LINE, TAIL_LINES, RankLogs
 from helpers.jobs.runs import RunRecord
 
 
@@ -87,7 +87,7 @@ def rank_log(tmp_path: Path) -> Path:
 
 def test_a_line_too_long_to_keep_is_cut_and_the_rest_of_it_dropped(tmp_path):
     path = rank_log(tmp_path)
-    logs = _RankLogs(tmp_path / "logs")
+    logs = RankLogs(tmp_path / "logs")
 
     path.write_bytes(b"y" * (3 * MAX_LINE))  # no end of line yet
     first = logs.poll()
@@ -102,7 +102,7 @@ def test_a_line_too_long_to_keep_is_cut_and_the_rest_of_it_dropped(tmp_path):
 def test_the_end_of_a_huge_log_is_read_without_its_middle(tmp_path):
     path = rank_log(tmp_path)
     path.write_bytes(b"".join(b"line %d\n" % i for i in range(2_000_000)))  # 25 MB
-    logs = _RankLogs(tmp_path / "logs")
+    logs = RankLogs(tmp_path / "logs")
 
     lines = [text for _, text in logs.poll(final=True)]
 

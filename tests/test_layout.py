@@ -162,6 +162,15 @@ def test_no_module_imports_a_private_module_or_name_of_another_room():
     assert leaks(edges()) == []
 
 
+def test_no_private_name_crosses_modules_inside_the_jobs_room():
+    crossing = [
+        (importer, module, name)
+        for importer, module, name in edges()
+        if room(importer) == "jobs" and name and name.startswith("_") and not name.startswith("__")
+    ]
+    assert crossing == []
+
+
 def test_no_import_runs_in_a_circle():
     assert circles(edges()) == []
 

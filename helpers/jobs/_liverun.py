@@ -1,5 +1,5 @@
 """The live part of a launch: each torchrun agent (a node) and its output, following the run
-until it ends (:class:`_Run`, Ctrl-C included), and what the end means (:func:`_conclude`: the
+until it ends (:class:`LiveRun`, Ctrl-C included), and what the end means (:func:`conclude`: the
 error to raise, if any)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ._guard import stop_run_processes
-from ._ranklogs import TAIL_LINES, _cut, _RankLogs
+from ._ranklogs import TAIL_LINES, RankLogs, cut_line
 from .kineto_noise import NOISE  # harmless profiler lines: kept in the logs, not echoed
 from .runs import (
     LOGS_DIR,
@@ -26,7 +26,7 @@ from .runs import (
     RunInterrupted,
     RunRecord,
     RunTimedOut,
-    _shorten_paths,
+    shorten_paths,
 )
 
 LAST_LINES = 20  # lines of a failing rank's output quoted in the error
@@ -43,7 +43,7 @@ class _Agent:
     ):
         self.node = node
         self.lines: deque[str] = deque(maxlen=TAIL_LINES)  # torchrun's own output, its tail
-        self.logs = _RankLogs(node_dir / LOGS_DIR, first_rank=0 if nnodes == 1 else None)
+        self.logs = RankLogs(node_dir / LOGS_DIR, first_rank=0 if nnodes == 1 else None)
         self.queue: queue.Queue[str | None] = queue.Queue()
         self.finished = False
         self.process = subprocess.Popen(
@@ -80,7 +80,7 @@ class _Agent:
                 self.process.wait()
                 self.finished = True
                 return
-            self.lines.append(_cut(line))
+            self.lines.append(cut_line(line))
             m = _GLOBAL_RANKS.search(line)
             if m and self.logs.first_rank is None:
                 self.logs.first_rank = int(m.group(1))
@@ -114,7 +114,7 @@ class _CtrlC:
             )
 
 
-class _Run:
+class LiveRun:
     """The live part of a launch: the agents, what the ranks print, how the run ends."""
 
     def __init__(
@@ -146,7 +146,7 @@ class _Run:
         """Keep (and echo) what the ranks printed since the last call."""
         for agent in self.agents:
             for rank, text in agent.logs.poll(final):
-                text = _shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's prefix
+                text = shorten_paths(re.sub(rf"^\[rank{rank}\]: ?", "", text))  # torch's prefix
                 self.rank_lines.setdefault(rank, deque(maxlen=TAIL_LINES)).append(text)
                 if not NOISE.search(text):
                     self.echoed.append((rank, text))
@@ -255,8 +255,8 @@ def _quoted(lines: Sequence[str]) -> str:
     return "\n".join("    " + line for line in lines) or "    (no output)"
 
 
-def _conclude(
-    run: _Run, outcome: str, timeout: float, rdzv_timeout: float, started_nodes: int
+def conclude(
+    run: LiveRun, outcome: str, timeout: float, rdzv_timeout: float, started_nodes: int
 ) -> LaunchError | None:
     """Record how the run ended; the error to raise, or None when it went well."""
     record = run.record

@@ -1,5 +1,5 @@
 """What the ranks print: the per-rank log files that torchrun writes, followed line by line
-with bounded memory (:class:`_RankLogs`)."""
+with bounded memory (:class:`RankLogs`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _READ_BYTES = 1 << 20  # read from a log file per poll, at most
 _FINAL_BYTES = 4 << 20  # read from a log file at the end of a run, at most: its tail
 
 
-class _RankLogs:
+class RankLogs:
     """Follow the per-rank log files that torchrun writes with ``--redirects``.
 
     torchrun puts each worker's stdout and stderr in
@@ -77,9 +77,9 @@ class _RankLogs:
             complete.append(rest)
         elif rest:
             self._partial[path] = rest
-        return [_cut(line.decode(errors="replace")) for line in complete]
+        return [cut_line(line.decode(errors="replace")) for line in complete]
 
 
-def _cut(line: str) -> str:
+def cut_line(line: str) -> str:
     """``line``, cut to ``MAX_LINE`` characters."""
     return line if len(line) <= MAX_LINE else line[:MAX_LINE] + " [line cut]"

@@ -43,15 +43,15 @@ from pathlib import Path
 
 from . import recorded
 from ._guard import RUN_MARKER, processes_of_run, release_guard, start_guard, stop_run_processes
-from ._liverun import _conclude, _Run
+from ._liverun import LiveRun, conclude
 from .background import BackgroundRun
 from .device import Device, choose_device
 from .listeners import (
     INTERFACE_VARIABLES,
-    _with_bound_stores,
     free_port,
     interface_address,
     loopback_interface,
+    with_bound_stores,
 )
 from .runs import (
     LOGS_DIR,
@@ -203,7 +203,7 @@ def _watch_run(
     prepared: _Prepared,
     timeout: float,
     stop: threading.Event | None = None,
-    on_start: Callable[[_Run], None] | None = None,
+    on_start: Callable[[LiveRun], None] | None = None,
 ) -> RunRecord:
     """Start the agents of a ``prepared`` run under the run's guard and follow them to the end
     (or until ``stop`` is set; ``on_start`` is handed the live run): the record, or the error
@@ -211,11 +211,11 @@ def _watch_run(
     record, o = prepared.record, prepared.options
     guard, guard_pipe = start_guard(record.run_dir / MANIFEST_NAME, record.run_id)
     try:
-        run = _Run(record, prepared.programs, prepared.env, prepared.node_dirs, o.echo)
+        run = LiveRun(record, prepared.programs, prepared.env, prepared.node_dirs, o.echo)
         if on_start is not None:
             on_start(run)
         outcome = run.watch(timeout, stop)
-        error = _conclude(run, outcome, timeout, o.rdzv_timeout, o.start_nodes)
+        error = conclude(run, outcome, timeout, o.rdzv_timeout, o.start_nodes)
     except BaseException:
         stop_run_processes([], record.run_id)
         raise
@@ -272,7 +272,7 @@ def _prepare(script: Path, nproc: int, device: Device, o: _Options) -> _Prepared
         o.netns,
     )
     record = _new_record(script, o.args, nproc, o.nnodes, device, run_dir, commands[0], o.echo)
-    programs = [_with_bound_stores(c, a) for c, a in zip(commands, addresses)]
+    programs = [with_bound_stores(c, a) for c, a in zip(commands, addresses)]
     env = _rank_environment(device, run_id, interface, o.env)
     return _Prepared(record, programs[: o.start_nodes], env, node_dirs, o)
 

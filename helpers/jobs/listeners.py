@@ -190,7 +190,7 @@ def listeners_of_run(run_id: str) -> list[Listener]:
     return found
 
 
-def _with_bound_stores(command: list[str], address: str) -> list[str]:
+def with_bound_stores(command: list[str], address: str) -> list[str]:
     """The torchrun ``command`` run as :data:`_AGENT_PROGRAM`, its stores listening on
     ``address`` only."""
     at = command.index("torch.distributed.run") - 1  # "-m"

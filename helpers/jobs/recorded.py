@@ -34,8 +34,8 @@ from .runs import (
     RunInterrupted,
     RunRecord,
     RunTimedOut,
-    _shorten_paths,
     new_run_dir,
+    shorten_paths,
     show_path,
 )
 
@@ -177,7 +177,7 @@ def _portable(value: Any, record: RunRecord) -> Any:
     for run_dir in {str(record.run_dir.resolve()), str(record.run_dir)}:
         value = value.replace(run_dir + os.sep, record.relative_dir() + "/")
         value = value.replace(run_dir, record.relative_dir())
-    value = _shorten_paths(value).replace(str(Path.home()) + os.sep, "~/")
+    value = shorten_paths(value).replace(str(Path.home()) + os.sep, "~/")
     return MACHINE_PATH.sub(".../", value)
 
 

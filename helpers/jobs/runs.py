@@ -68,7 +68,7 @@ def show_path(path: str | os.PathLike) -> str:
     return str(path)
 
 
-def _shorten_paths(text: str) -> str:
+def shorten_paths(text: str) -> str:
     """``text`` with every path inside the repository written relative to it."""
     return text.replace(str(REPO_ROOT) + os.sep, "")
 
@@ -144,7 +144,7 @@ class RunRecord:
     def torchrun_command(self) -> str:
         """The command line of node 0's torchrun agent as it was run, paths inside the
         repository written relative to it."""
-        return _shorten_paths(" ".join(self.command))
+        return shorten_paths(" ".join(self.command))
 
     def __repr__(self) -> str:
         return (
