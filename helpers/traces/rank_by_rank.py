@@ -172,16 +172,22 @@ def summarise_run(
     progress: bool | None = None,
 ) -> RunSummary:
     """Read a run's traces one rank at a time and keep what the run-wide analyses need (see
-    the module's docstring): a :class:`RunSummary`.
+    the module's docstring).
 
-    source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds them),
-    a list of files, one per rank, or ``{rank: file}``; a merged file of several ranks is left
-    out, as ``load_run`` does (one that :func:`merge_traces` wrote is not even read), and so is
-    a JSON file that is no trace (:class:`NotATrace`, a recording's manifest). workers: processes reading files at once (default: the usable cores,
-    each holding one rank's DataFrame at a time). cache: keep each rank's events
-    (:func:`rank_events`) and the parts of them kept (:func:`kept_of_file`) as Parquet, so that
-    a second pass reads only the parts. progress: tqdm's bar
-    (default: only when the work takes over 2 s and someone watches).
+    Args:
+        source: a RunRecord, a run folder (its trace files, as :func:`helpers.load_run` finds
+            them), a list of files, one per rank, or ``{rank: file}``; a merged file of several
+            ranks is left out, as ``load_run`` does (one that :func:`merge_traces` wrote is not
+            even read), and so is a JSON file that is no trace (:class:`NotATrace`, a
+            recording's manifest).
+        workers: processes reading files at once (default: the usable cores, each holding one
+            rank's DataFrame at a time).
+        cache: keep each rank's events (:func:`rank_events`) and the parts of them kept
+            (:func:`kept_of_file`) as Parquet, so that a second pass reads only the parts.
+        progress: tqdm's bar (default: only when the work takes over 2 s and someone watches).
+
+    Returns:
+        A :class:`RunSummary`.
     """
     items = [(path, rank) for path, rank in run_files(source)[0] if not written_by_merge(path)]
     files = [path for path, _ in items]
