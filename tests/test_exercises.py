@@ -783,17 +783,21 @@ def test_2_1_counts_a_file_listed_twice_once(two_cycle_files):
     assert accepted(evaluate("02.1", prediction, files=two_cycle_files + two_cycle_files[:1]))
 
 
-def test_2_2_rejects_the_shapes_with_the_most_total_time_instead_of_self_time():
-    assert rejected(evaluate("02.2", [[8, 512]], prof=CONV_PROFILE), "self time")
-
-
-def test_2_2_rejects_shapes_of_no_backward_convolution():
-    assert rejected(evaluate("02.2", [[8, 3, 32, 32]], prof=CONV_PROFILE), "not the input shapes")
-
-
-def test_2_2_rejects_the_example_of_the_starter_code():
-    example = [[8, 64, 8, 8], [8, 64, 8, 8], [64, 64, 3, 3], ...]
-    assert rejected(evaluate("02.2", example, prof=CONV_PROFILE), "not the input shapes")
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ([[8, 512]], "self time"),
+        ([[8, 3, 32, 32]], "not the input shapes"),
+        ([[8, 64, 8, 8], [8, 64, 8, 8], [64, 64, 3, 3], ...], "not the input shapes"),
+    ],
+    ids=[
+        "the most total time instead of self time",
+        "shapes of no backward convolution",
+        "the example of the starter code",
+    ],
+)
+def test_2_2_rejects(answer, hint):
+    assert rejected(evaluate("02.2", answer, prof=CONV_PROFILE), hint)
 
 
 def test_2_2_rejects_a_profile_without_shapes():
@@ -809,20 +813,17 @@ def test_2_2_rejects_a_profile_of_the_forward_pass_only():
 # --------------------------------------------------------------------------- lesson 3
 
 
-def test_3_1_rejects_files_of_ranks_that_do_not_profile(two_cycle_run):
-    prediction = ["rank0_iter2_3.json", "rank1_iter2_3.json"]
-    assert rejected(
-        evaluate("03.1", prediction, run=two_cycle_run), "only the ranks named in --profile-ranks"
-    )
-
-
-def test_3_1_rejects_one_file_for_two_cycles(two_cycle_run):
-    assert rejected(evaluate("03.1", ["rank0_iter2_3.json"], run=two_cycle_run), "each cycle")
-
-
-def test_3_1_rejects_windows_counted_from_step_1(two_cycle_run):
-    prediction = ["rank0_iter3_4.json", "rank0_iter7_8.json"]
-    assert rejected(evaluate("03.1", prediction, run=two_cycle_run), "steps count from 0")
+@pytest.mark.parametrize(
+    "prediction, hint",
+    [
+        (["rank0_iter2_3.json", "rank1_iter2_3.json"], "only the ranks named in --profile-ranks"),
+        (["rank0_iter2_3.json"], "each cycle"),
+        (["rank0_iter3_4.json", "rank0_iter7_8.json"], "steps count from 0"),
+    ],
+    ids=["files of ranks that do not profile", "one file for two cycles", "steps counted from 1"],
+)
+def test_3_1_rejects(prediction, hint, two_cycle_run):
+    assert rejected(evaluate("03.1", prediction, run=two_cycle_run), hint)
 
 
 def test_3_1_rejects_a_run_without_the_second_cycle(tmp_path):
@@ -886,18 +887,16 @@ def test_4_1_accepts_the_delay_of_the_slow_rank_as_the_wait_of_the_other(lesson_
     assert accepted(evaluate("04.1", {"rank": 0, "ms": 150}, run=lesson_run("ddp-straggler")))
 
 
-def test_4_1_rejects_the_slow_rank_as_the_one_that_waits(lesson_run):
-    assert rejected(
-        evaluate("04.1", {"rank": 1, "ms": 150}, run=lesson_run("ddp-straggler")),
-        "the one that is early",
-    )
-
-
-def test_4_1_rejects_the_broadcasts_of_two_threads_counted_twice(lesson_run):
-    assert rejected(
-        evaluate("04.1", {"rank": 0, "ms": 300}, run=lesson_run("ddp-straggler")),
-        "off by more than 30 %",
-    )
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ({"rank": 1, "ms": 150}, "the one that is early"),
+        ({"rank": 0, "ms": 300}, "off by more than 30 %"),
+    ],
+    ids=["the slow rank as the one that waits", "the broadcasts of two threads counted twice"],
+)
+def test_4_1_rejects(answer, hint, lesson_run):
+    assert rejected(evaluate("04.1", answer, run=lesson_run("ddp-straggler")), hint)
 
 
 def test_4_1_rejects_the_normal_run(lesson_run):
@@ -946,16 +945,13 @@ def test_4_2_rejects_a_delay_a_fifth_off(hidden_straggler):
 # --------------------------------------------------------------------------- lesson 5
 
 
-def test_5_1_rejects_a_call_shorter_than_the_server_takes(three_calls_run):
-    assert rejected(evaluate("05.1", 20, run=three_calls_run), "50 ms sleep alone")
-
-
-def test_5_1_rejects_the_sleep_alone(three_calls_run):
-    assert rejected(evaluate("05.1", 50, run=three_calls_run), "50 ms sleep alone")
-
-
-def test_5_1_rejects_three_calls_one_after_the_other(three_calls_run):
-    assert rejected(evaluate("05.1", 150, run=three_calls_run), "waiting for a free thread")
+@pytest.mark.parametrize(
+    "answer, hint",
+    [(20, "50 ms sleep alone"), (50, "50 ms sleep alone"), (150, "waiting for a free thread")],
+    ids=["a call shorter than the server takes", "the sleep alone", "three calls in a row"],
+)
+def test_5_1_rejects(answer, hint, three_calls_run):
+    assert rejected(evaluate("05.1", answer, run=three_calls_run), hint)
 
 
 def test_5_1_rejects_the_lessons_run_of_four_calls(lesson_run):
@@ -1009,28 +1005,28 @@ def test_5_2_rejects_the_lessons_runs_of_four_calls(lesson_run):
 # --------------------------------------------------------------------------- lesson 6
 
 
-def test_6_1_rejects_one_call_time_for_eight_calls_on_four_threads(sweep):
-    assert rejected(evaluate("06.1", 50, run=sweep), "how many rounds")
-
-
-def test_6_1_rejects_eight_calls_one_after_the_other(sweep):
-    assert rejected(evaluate("06.1", 400, run=sweep), "how many rounds")
+@pytest.mark.parametrize(
+    "answer", [50, 400], ids=["one call's time for 8 calls on 4 threads", "8 calls in a row"]
+)
+def test_6_1_rejects(answer, sweep):
+    assert rejected(evaluate("06.1", answer, run=sweep), "how many rounds")
 
 
 def test_6_1_rejects_the_lessons_sweep_of_four_calls(lesson_run):
     assert rejected(evaluate("06.1", 100, run=lesson_run("rpc-threads")), "--calls is missing")
 
 
-def test_6_2_rejects_the_largest_pool_as_the_one_that_is_enough(sweep):
-    assert rejected(evaluate("06.2", 16, run=sweep), "smaller pool")
-
-
-def test_6_2_rejects_a_pool_that_still_needs_two_rounds(sweep):
-    assert rejected(evaluate("06.2", 4, run=sweep), "more than 10 % above the best")
-
-
-def test_6_2_rejects_a_pool_size_the_sweep_did_not_try(sweep):
-    assert rejected(evaluate("06.2", 6, run=sweep), "one of the sweep's pool sizes")
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (16, "smaller pool"),
+        (4, "more than 10 % above the best"),
+        (6, "one of the sweep's pool sizes"),
+    ],
+    ids=["the largest pool", "a pool that still needs two rounds", "a size the sweep did not try"],
+)
+def test_6_2_rejects(answer, hint, sweep):
+    assert rejected(evaluate("06.2", answer, run=sweep), hint)
 
 
 def test_6_2_rejects_the_lessons_sweep_of_four_calls(lesson_run):
@@ -1106,12 +1102,13 @@ def test_7_2_rejects_events_that_skew_a_node_did_not_return(two_node_events):
 # --------------------------------------------------------------------------- lesson 8
 
 
-def test_8_1_rejects_the_step_number_given_as_the_sequence_number(broadcast_at_step_3):
-    assert rejected(evaluate("08.1", 3, error=broadcast_at_step_3), "two collectives")
-
-
-def test_8_1_rejects_the_broadcast_of_step_3(broadcast_at_step_3):
-    assert rejected(evaluate("08.1", 6, error=broadcast_at_step_3), "step 3's all_reduce")
+@pytest.mark.parametrize(
+    "seq, hint",
+    [(3, "two collectives"), (6, "step 3's all_reduce")],
+    ids=["the step number", "step 3's broadcast"],
+)
+def test_8_1_rejects(seq, hint, broadcast_at_step_3):
+    assert rejected(evaluate("08.1", seq, error=broadcast_at_step_3), hint)
 
 
 def test_8_1_rejects_the_lessons_run_that_goes_wrong_at_step_4(lesson_run):
@@ -1413,30 +1410,30 @@ def test_12_2_rejects_a_run_without_the_profiler(mesh_straggler):
 # -------------------------------------------------------------------------- lesson 13
 
 
-def test_12_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
+def test_13_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
     assert accepted(evaluate("13.1", 2, run=few_ranks_run(tmp_path, 2)))
 
 
-def test_12_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
+def test_13_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
     assert rejected(
         evaluate("13.1", 0, run=few_ranks_run(tmp_path, 2)), "every rank profiled waits"
     )
 
 
-def test_12_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
+def test_13_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
     assert accepted(evaluate("13.1", 1, run=few_ranks_run(tmp_path, 1)))
 
 
-def test_12_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
+def test_13_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
     said = evaluate("13.1", "not profiled", run=few_ranks_run(tmp_path, 1))
     assert rejected(said, "among the ranks profiled")
 
 
-def test_12_1_rejects_the_other_profiled_rank(tmp_path):
+def test_13_1_rejects_the_other_profiled_rank(tmp_path):
     assert rejected(evaluate("13.1", 0, run=few_ranks_run(tmp_path, 1)), "data loading")
 
 
-def test_12_1_refuses_a_job_profiled_on_every_rank(tmp_path):
+def test_13_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
     run.experiment = "hidden-straggler"
     assert rejected(evaluate("13.1", 1, run=run), "--profile-ranks")
@@ -1461,15 +1458,15 @@ def test_12_1_refuses_a_job_profiled_on_every_rank(tmp_path):
         "a-rank-twice",
     ],
 )
-def test_12_2_rejects_a_plan(plan, hint):
+def test_13_2_rejects_a_plan(plan, hint):
     assert rejected(evaluate("13.2", plan), hint)
 
 
-def test_12_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
+def test_13_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
     assert accepted(evaluate("13.2", [0, 12, 20, 21, 28]))
 
 
-def test_12_2_history_names_one_rank_and_no_neighbour_of_it():
+def test_13_2_history_names_one_rank_and_no_neighbour_of_it():
     from helpers import past_reports
 
     history = past_reports()
