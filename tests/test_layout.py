@@ -9,6 +9,7 @@ import from ``helpers`` today is still importable from ``helpers`` itself.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,27 @@ def test_no_private_name_crosses_modules_inside_the_jobs_room():
 
 def test_no_import_runs_in_a_circle():
     assert circles(edges()) == []
+
+
+def written_order(path: str, pattern: str, name: str) -> list[str]:
+    """The rooms in the order a document writes them: the names ``name`` finds in the first
+    match of ``pattern`` (a regular expression over the whole text)."""
+    text = (REPO / path).read_text()
+    return re.findall(name, re.search(pattern, text, re.S | re.M).group(0))
+
+
+@pytest.mark.parametrize(
+    "path, pattern, name",
+    [
+        ("README.md", r"^## Layout.*?^## ", r"^  - `(\w+)(?:/|\.py)`"),
+        ("CONTRIBUTING.md", r"in this order: .*?\(then", r"`(\w+)`"),
+        ("helpers/__init__.py", r"in this order: .*?\n\(", r"``(\w+)``"),
+    ],
+    ids=["README's layout", "CONTRIBUTING", "helpers' docstring"],
+)
+def test_every_map_of_the_code_gives_the_rooms_in_the_order_they_import(path, pattern, name):
+    written = written_order(path, pattern, re.compile(name, re.M))
+    assert written == ROOMS[: len(written)] and len(written) >= len(ROOMS) - len(COMMANDS)
 
 
 def test_the_layering_rules_catch_what_they_forbid():
