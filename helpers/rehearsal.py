@@ -36,6 +36,7 @@ from .analysis import (
     communication_overlap,
     gpu_idle_time,
 )
+from .analysis.kinds import GPU_WORK_KINDS
 from .jobs.runs import REPO_ROOT, show_path
 from .traces import TraceError, load_run, trace_files
 
@@ -137,7 +138,7 @@ def check_traces(folder: str | Path) -> list[tuple[str, bool, str]]:
     except TraceError as err:
         return [("traces load", False, str(err))]
     found = [("traces load", True, f"{events['rank'].nunique()} rank(s), {len(events)} events")]
-    gpu = events[events["kind"].isin(["gpu kernel", "gpu memory"])]
+    gpu = events[events["kind"].isin(GPU_WORK_KINDS)]
     if gpu.empty:
         return [*found, ("GPU events recorded", False, "no kernel in the traces")]
     launched = gpu[gpu["launch_us"].notna()]

@@ -8,11 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from .intervals import busy_ms
+from .kinds import GPU_WORK_CATEGORIES
 
-__all__ = ["GPU_WORK", "gpu_idle_time"]
-
-#: The trace categories of work done on a GPU stream.
-GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+__all__ = ["gpu_idle_time"]
 
 
 def gpu_idle_time(events: pd.DataFrame) -> pd.DataFrame:
@@ -25,7 +23,9 @@ def gpu_idle_time(events: pd.DataFrame) -> pd.DataFrame:
     Returns one row per rank, step and stream: ``rank, step, stream, window_ms, busy_ms,
     idle_ms, idle_fraction``; empty for a trace without GPU events.
     """
-    work = events[events["cat"].astype(str).isin(GPU_WORK).to_numpy()].dropna(subset=["step"])
+    work = events[events["cat"].astype(str).isin(GPU_WORK_CATEGORIES).to_numpy()].dropna(
+        subset=["step"]
+    )
     rows = []
     for (rank, step), group in work.groupby(["rank", "step"], observed=True):
         window_us = float(group["end_us"].max() - group["start_us"].min())

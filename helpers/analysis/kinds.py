@@ -29,6 +29,8 @@ __all__ = [
     "KINDS",
     "KIND_NAMES",
     "KIND_COLORS",
+    "GPU_WORK_KINDS",
+    "GPU_WORK_CATEGORIES",
     "event_kind",
     "event_names",
     "name_matches",
@@ -140,6 +142,13 @@ KINDS: tuple[Kind, ...] = (
 KIND_NAMES: list[str] = [k.name for k in KINDS]
 #: Colour of each kind, for plots made outside :mod:`helpers.drawing` (pandas bar charts).
 KIND_COLORS: dict[str, str] = {k.name: k.colour for k in KINDS}
+
+#: The kinds of work done on a GPU stream: kernels, and memory copies and sets.
+GPU_WORK_KINDS: tuple[str, ...] = ("gpu kernel", "gpu memory")
+#: The trace categories (``cat``) of those kinds.
+GPU_WORK_CATEGORIES: tuple[str, ...] = tuple(
+    sorted(c for k in KINDS if k.name in GPU_WORK_KINDS for c in k.categories)
+)
 
 _NAME_RULES = [(re.compile(k.names), k.name) for k in KINDS if k.names]
 _CATEGORY_RULES = {cat: k.name for k in reversed(KINDS) for cat in k.categories}

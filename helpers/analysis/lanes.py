@@ -37,9 +37,8 @@ import pandas as pd
 
 from .collectives import _waits, matched_collectives
 from .intervals import merge_intervals
-from .kinds import event_names, name_matches
+from .kinds import GPU_WORK_KINDS, event_names, name_matches
 from .wakers import (
-    _GPU_KINDS,
     WAKE_TOLERANCE_US,
     _Arrays,
     _event_ends,
@@ -128,7 +127,7 @@ def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     collective = event_names(ev).str.match(r"^(?:gloo|mpi):").to_numpy()
     rows = []
     for (rank, lane), mine in ev.groupby(["rank", "lane"], observed=True, sort=True):
-        gpu = bool(mine["kind"].isin(_GPU_KINDS).all())
+        gpu = bool(mine["kind"].isin(GPU_WORK_KINDS).all())
         spans = mine[collective[ev.index.get_indexer(mine.index)]]
         rows.append((rank, str(lane), gpu or _inside(mine, spans), gpu))
     for rank, lane in main.items():

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .kinds import event_names
+from .kinds import GPU_WORK_KINDS, event_names
 
 __all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
 
@@ -22,7 +22,6 @@ WAKE_TOLERANCE_US = 3000.0
 #: a collective that timed out, then took a few ms to raise): the tolerance before the end grows
 #: with the wait.
 LONG_WAIT_SHARE = 0.01
-_GPU_KINDS = ("gpu kernel", "gpu memory")
 
 
 def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
@@ -88,7 +87,7 @@ def _issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     found: dict[int, int] = {}
     runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
     launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
-    gpu = ev[ev["kind"].isin(_GPU_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
+    gpu = ev[ev["kind"].isin(GPU_WORK_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
     for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
         issuer = launch.get((rank, at))
         if issuer in row_of:

@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..analysis.gpu import GPU_WORK
+from ..analysis.kinds import GPU_WORK_CATEGORIES
 
 __all__ = ["plot_launch_lag"]
 
@@ -26,7 +26,9 @@ def plot_launch_lag(events: pd.DataFrame, title: str | None = None) -> Figure:
     if events["rank"].nunique() != 1:
         raise ValueError("plot_launch_lag draws one rank: pass events[events['rank'] == N]")
     steps = events[(events["kind"] == "step").to_numpy()].sort_values("start_us")
-    work = events[events["cat"].astype(str).isin(GPU_WORK).to_numpy()].dropna(subset=["step"])
+    work = events[events["cat"].astype(str).isin(GPU_WORK_CATEGORIES).to_numpy()].dropna(
+        subset=["step"]
+    )
     if steps.empty or work.empty:
         raise ValueError("plot_launch_lag needs profiler steps and GPU work launched in them")
     t0 = steps["start_us"].min()

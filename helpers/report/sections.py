@@ -23,6 +23,7 @@ from ..analysis import (
     gpu_idle_time,
     waiting_per_step,
 )
+from ..analysis.kinds import GPU_WORK_KINDS
 from ..drawing import plot_fsdp_phases
 from .cautions import waiting_points_outside
 
@@ -237,7 +238,7 @@ def gpu_section(events: pd.DataFrame) -> Section:
     hidden under other kernels, the busiest stream's idle share (medians over the steps), and
     the best median bus bandwidth where message sizes were recorded. A table, no figure."""
     title = "The GPU"
-    work = events[events["kind"].isin(["gpu kernel", "gpu memory"]) & events["launch_us"].notna()]
+    work = events[events["kind"].isin(GPU_WORK_KINDS) & events["launch_us"].notna()]
     lag = ((work["start_us"] - work["launch_us"]) / 1e3).groupby(work["rank"]).median()
     table = pd.DataFrame({"launch to start (ms, median)": lag})
     overlap = communication_overlap(events)
