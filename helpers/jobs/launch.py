@@ -296,39 +296,28 @@ def launch(
 ) -> RunRecord:
     """Run ``script`` under torchrun (``python -m torch.distributed.run``); return its RunRecord.
 
-    Args:
-        script: the script to run (a path, or a name in the current folder).
-        nproc: ranks per node (default: one per GPU on a GPU node, else 2).
-        experiment: the folder under ``traces/`` (default: the script's name).
-        args: the script's arguments.
-        timeout: seconds before the whole run is killed (:class:`RunTimedOut`).
-        echo: print each rank's lines live, prefixed ``[rankN]``.
-        nnodes: nodes, each a torchrun agent of its own that meets the others through the c10d
-            rendezvous as on a cluster, with its own folder ``node<N>/`` as its ``RUN_DIR``.
-        start_nodes: start only that many nodes (the run then ends in
-            :class:`RendezvousTimedOut` after ``rdzv_timeout`` s).
-        rdzv_timeout: seconds the nodes have to meet.
-        cpu: CPU and gloo even with GPUs.
-        env: extra environment variables for the ranks (over the launcher's own).
-        traces_root: the folder instead of ``traces/``.
-        interface: the network interface where every listener of the run binds and where the
-            ranks connect: torchrun's two stores, gloo, TensorPipe (RPC), NCCL's bootstrap. By
-            default the loopback interface, so that nothing of a run on one machine can be
-            reached from another; name the interface that joins the nodes (``eth0``) when they
-            are separate hosts.
-        netns: ``(namespace, address)`` per node, each agent in its own network namespace
-            (Linux, root), so that traffic between nodes crosses a real interface
-            (``interface``, which then names the interface inside the namespaces, is required).
+    nproc: ranks per node (default: one per GPU on a GPU node, else 2). experiment: the folder
+    under ``traces/`` (default: the script's name). args: the script's arguments. timeout:
+    seconds before the whole run is killed (:class:`RunTimedOut`). echo: print each rank's
+    lines live, prefixed ``[rankN]``. nnodes: nodes, each a torchrun agent of its own that
+    meets the others through the c10d rendezvous as on a cluster, with its own folder
+    ``node<N>/`` as its ``RUN_DIR``; start_nodes: start only that many (the run then ends in
+    :class:`RendezvousTimedOut` after ``rdzv_timeout`` s). cpu: CPU and gloo even with GPUs.
+    env: extra environment variables for the ranks (over the launcher's own). traces_root:
+    instead of ``traces/``.
 
-    Returns:
-        The run's :class:`RunRecord` (``run.json`` is written in every case). In recorded mode
-        the matching recorded run is replayed instead.
+    interface: the network interface where every listener of the run binds and where the ranks
+    connect: torchrun's two stores, gloo, TensorPipe (RPC), NCCL's bootstrap. By default the
+    loopback interface, so that nothing of a run on one machine can be reached from another;
+    name the interface that joins the nodes (``eth0``) when they are separate hosts.
+    netns: ``(namespace, address)`` per node, each agent in its own network namespace
+    (Linux, root), so that traffic between nodes crosses a real interface (``interface``,
+    which then names the interface inside the namespaces, is required).
 
-    Raises:
-        RankFailed: a rank exited with a non-zero code (naming the rank, its exit code and last
-            lines).
-        RunTimedOut, RendezvousTimedOut, RunInterrupted: no process of the run survives them,
-            nor the death of the calling process.
+    Raises :class:`RankFailed` (naming the rank, its exit code and last lines),
+    :class:`RunTimedOut`, :class:`RendezvousTimedOut` or :class:`RunInterrupted`: no process
+    of the run survives them, nor the death of the calling process. ``run.json`` is written
+    in every case. In recorded mode the matching recorded run is replayed instead.
     """
     start_nodes = nnodes if start_nodes is None else start_nodes
     options = _Options(
