@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hangs import FlightRecorderError, group_members, load_flight_records
+from ..hangs import FlightRecorderError, group_descriptions, group_members, load_flight_records
 from .common import Check, arguments, is_run, whole, wrong_run
 from .hidden import HIDDEN_STALL_EXPERIMENT, HIDDEN_STRAGGLER_EXPERIMENT, MESH_SCRIPT
 
@@ -28,8 +28,7 @@ def _groups_of(run: Any) -> tuple[dict[str, list[int]], dict[str, str]] | str:
         records = load_flight_records(run.run_dir, expect_ranks=range(4))
     except FlightRecorderError as err:
         return f"no usable Flight Recorder dumps in this run ({err}): launch it again"
-    descs = dict(zip(records["group"], records["group_desc"]))
-    return group_members(records), descs
+    return group_members(records), group_descriptions(records)
 
 
 def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:

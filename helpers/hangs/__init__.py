@@ -19,7 +19,7 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
 
 from .analyser import AnalyserVerdict, analyse_with_pytorch
 from .flight_recorder import FlightRecorderError, load_flight_records
-from .groups import Mismatch, first_mismatch, group_members, group_states
+from .groups import Mismatch, first_mismatch, group_descriptions, group_members, group_states
 from .stacks import lines_in_script, load_stack_dumps
 from .trace_groups import with_groups_from_flight_records
 
@@ -28,6 +28,7 @@ __all__ = [
     "first_mismatch",
     "Mismatch",
     "group_members",
+    "group_descriptions",
     "group_states",
     "with_groups_from_flight_records",
     "analyse_with_pytorch",

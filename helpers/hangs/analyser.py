@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .flight_recorder import DUMP_PREFIX, FlightRecorderError, load_records_and_dumps
-from .groups import group_members
+from .groups import group_descriptions, group_members
 
 __all__ = ["AnalyserFinding", "AnalyserVerdict", "analyse_with_pytorch"]
 
@@ -130,8 +130,7 @@ def analyse_with_pytorch(
     """
     folder = Path(folder)
     records, dumps = load_records_and_dumps(folder, None, prefix)
-    desc = dict(zip(records["group"], records["group_desc"]))
-    dumps = _for_the_analyser(dumps, group_members(records), desc)
+    dumps = _for_the_analyser(dumps, group_members(records), group_descriptions(records))
     with tempfile.TemporaryDirectory(prefix="fr-checked-") as checked:  # mode 0700
         for rank, dump in dumps.items():
             (Path(checked) / f"{DUMP_PREFIX}{rank}").write_bytes(pickle.dumps(dump, protocol=4))

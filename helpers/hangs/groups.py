@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-__all__ = ["group_members", "group_states", "Mismatch", "first_mismatch"]
+__all__ = ["group_members", "group_descriptions", "group_states", "Mismatch", "first_mismatch"]
 
 DEFAULT_GROUP = "default_pg"  # the description torch gives the group of init_process_group
 
@@ -52,7 +52,7 @@ def group_members(records: pd.DataFrame, ranks: list[int] | None = None) -> dict
         members.setdefault(group, set()).add(int(rank))
     for group, listed in records.attrs.get("members", {}).items():
         members.setdefault(group, set()).update(listed)
-    desc = _descriptions(records)
+    desc = group_descriptions(records)
     for group in members:
         if desc.get(group) == DEFAULT_GROUP:
             members[group].update(job)
@@ -72,7 +72,8 @@ def _group_order(group: str) -> tuple:
     return (0, int(group), "") if group.isdigit() else (1, 0, group)
 
 
-def _descriptions(records: pd.DataFrame) -> dict[str, str]:
+def group_descriptions(records: pd.DataFrame) -> dict[str, str]:
+    """``{group: description}`` (``"tp"``, ``"default_pg"``) for every group named in ``records``."""
     return dict(records[["group", "group_desc"]].drop_duplicates("group").itertuples(index=False))
 
 
@@ -139,7 +140,7 @@ def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.Da
     ranks: the ranks of the job (default: every rank with a dump).
     """
     calls = _calls(records)
-    desc = _descriptions(records)
+    desc = group_descriptions(records)
     members = group_members(records, ranks)
     siblings = {
         d: calls[calls["group_desc"] == d].groupby("seq")["call"].agg(Counter).to_dict()
