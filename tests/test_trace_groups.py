@@ -127,3 +127,26 @@ def test_a_collective_without_a_flight_recorder_entry_keeps_no_group_and_a_warni
     gloo = labelled[labelled["name"].astype(str).str.startswith("gloo:")]
     assert gloo.loc[gloo["rank"] == 0, "process_group"].isna().all()
     assert gloo.loc[gloo["rank"] != 0, "process_group"].notna().all()
+
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real-traces is not beside the checkout")
+def test_a_real_nccl_trace_of_one_rank_names_its_group_but_no_straggler():
+    from helpers import load_trace
+
+    events = load_trace(REAL / "nccl_parser_config" / "nccl_data.json.gz").events
+
+    assert events["process_group"].notna().any()  # record_param_comms names the group
+    assert waiting_per_group(events).empty  # one rank of the pair loaded: nobody waited
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real-traces is not beside the checkout")
+def test_real_nccl_traces_without_groups_are_told_why_there_is_no_table_per_group():
+    events = load_run(
+        REAL / "trace_filter", cache=False
+    ).events  # two ranks of a 128-GPU job, older format
+
+    with pytest.raises(ValueError, match="older ones do not"):
+        waiting_per_group(events)

@@ -207,15 +207,16 @@ def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.Data
     Returns one row per group: ``process_group, ranks, straggler`` (the member that waits
     least), ``straggler_wait_ms`` and ``others_wait_ms`` (the longest waiting of the other
     members). A group whose ``others_wait_ms`` is near zero has no straggler: its least waiting
-    member is only the first to arrive by a hair.
+    member is only the first to arrive by a hair. A group with one member loaded (a trace of one
+    rank) has no row: nobody loaded waited for it.
     """
     waits = _waits(events, names).dropna(subset=["step"])
     waits = waits[waits["process_group"].notna()]
     if waits.empty:
         raise ValueError(
-            "no collective in a profiler step names its process group: NCCL traces do; for "
-            "gloo traces, take the groups from the Flight Recorder first "
-            "(with_groups_from_flight_records)"
+            "no collective in a profiler step names its process group: recent NCCL traces do "
+            "(record_param_comms' Process Group Name), older ones do not; for gloo traces, take "
+            "the groups from the Flight Recorder first (with_groups_from_flight_records)"
         )
     waits = waits.assign(
         process_group=waits["process_group"].astype(str),
@@ -226,6 +227,8 @@ def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.Data
     rows = []
     for group, members in per_member.groupby(level="process_group"):
         members = members.droplevel("process_group")
+        if len(members) < 2:  # one member loaded: nobody to wait for it
+            continue
         straggler = int(members.idxmin())
         rows.append(
             {
@@ -236,7 +239,8 @@ def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.Data
                 "others_wait_ms": float(members.drop(straggler).max()),
             }
         )
-    return pd.DataFrame(rows)
+    columns = ["process_group", "ranks", "straggler", "straggler_wait_ms", "others_wait_ms"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 # ---------------------------------------------------- hidden behind computation
