@@ -30,7 +30,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 HTML_TEMPLATE := --TemplateExporter.extra_template_basedirs=tools/nbconvert --template series
 
 .PHONY: install run test lint test-recorded lab refresh record doctor wheelhouse test-offline \
-	benchmark clean-traces gpu-rehearsal
+	benchmark clean-traces gpu-rehearsal site
 
 install: $(STAMP)
 
@@ -79,6 +79,11 @@ lint: install
 
 test-recorded: install
 	PDP_RECORDED=1 $(NBVAL) $(ANALYSIS_LESSONS)
+
+# The series as a static site in build/site/, from the committed notebooks as committed (never
+# executed for it), the solutions, docs/ and the README (tools/site/build.py; about half a minute).
+site: install
+	$(BIN)/python tools/site/build.py --out build/site
 
 # Open the series in JupyterLab.
 lab: install

@@ -194,6 +194,7 @@ SLOW_MODULES = {
     "test_doctor",
     "test_fuzz_traces",
     "test_fuzz_flight_recorder",
+    "test_site",
 }
 
 
