@@ -131,8 +131,8 @@ def timeline_seconds(n_events: int, out: Path) -> float:
     import numpy as np
     import pandas as pd
 
-    from helpers.analysis.kinds import KIND_NAMES
     from helpers.drawing import plot_rank_timeline
+    from helpers.traces.kinds import KIND_NAMES
 
     rng = np.random.default_rng(0)
     ranks, per = 4, n_events // 4

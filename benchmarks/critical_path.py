@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO))
 from helpers import critical_path, load_run, path_summary, replay_error  # noqa: E402
 from helpers.analysis.critical_path import step_windows  # noqa: E402
 from helpers.analysis.lanes import lane_intervals  # noqa: E402
+from helpers.analysis.rank_by_rank import summarise_run  # noqa: E402
 from helpers.jobs.recorded import RECORDINGS_ROOT  # noqa: E402
 from helpers.traces import TraceError  # noqa: E402
-from helpers.traces.rank_by_rank import summarise_run  # noqa: E402
 
 REAL = REPO.parent / "shared" / "real-traces" / "hta"
 REAL_RUNS = {

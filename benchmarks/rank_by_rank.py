@@ -28,7 +28,7 @@ from synthetic_trace import write_trace  # noqa: E402
 CHILD = r"""
 import json, re, resource, sys, time
 from pathlib import Path
-from helpers.traces.rank_by_rank import summarise_run
+from helpers.analysis.rank_by_rank import summarise_run
 from helpers.traces import load_run
 how, workers, files = sys.argv[1], int(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
 if how == "first":  # a first pass: no rank's Parquet cache yet

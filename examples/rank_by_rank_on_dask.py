@@ -22,8 +22,8 @@ from pathlib import Path
 import dask
 from distributed import Client, LocalCluster
 
+from helpers.analysis.rank_by_rank import RunSummary, kept_of_file, summary_of
 from helpers.traces import trace_files
-from helpers.traces.rank_by_rank import RunSummary, kept_of_file, summary_of
 
 
 def summarise_on_dask(files: Sequence[str | Path], client: Client) -> RunSummary:

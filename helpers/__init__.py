@@ -2,17 +2,19 @@
 whose ``__init__`` says what it does and what it exports.
 
 - ``jobs``: run a script under torchrun and keep a record of the run; recorded mode
-- ``traces``: per-rank profiler traces into one DataFrame; merged for Perfetto; rank by rank
-- ``analysis``: questions asked of a run's events (steps, kinds, collectives, GPU, clocks)
+- ``traces``: per-rank profiler traces into one DataFrame, each event of a kind; merged for
+  Perfetto; one rank's file at a time
+- ``analysis``: questions asked of a run's events (steps, collectives, GPU, clocks, the
+  critical path), of a run in memory or summarised rank by rank
 - ``drawing``: per-rank timelines and the other figures of the series
+- ``hangs``: the Flight Recorder's dumps of a hung job, read group by group (lessons 8 and 12)
 - ``report``: one HTML report of any folder of traces (``python -m helpers.report``)
 - ``live``: a running job's debug servers and the questions asked of them (lesson 9)
-- ``hangs``: the Flight Recorder's dumps of a hung job, read group by group (lessons 8 and 12)
 - ``exercises``: the checks of the lessons' exercises, one module per lesson
 - ``doctor``: the pre-flight check of a machine (``python -m helpers.doctor``)
 - ``rehearsal``: the GPU rehearsal of the series (``python -m helpers.rehearsal``)
 
-A room imports only the rooms before it in this order: ``jobs``, ``analysis``, ``traces``,
+A room imports only the rooms before it in this order: ``jobs``, ``traces``, ``analysis``,
 ``drawing``, ``hangs``, ``report``, ``live``, ``exercises``, ``doctor``, ``rehearsal``
 (``_files``, atomic writes, is shared by all; ``tests/test_layout.py`` checks it).
 

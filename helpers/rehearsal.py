@@ -36,9 +36,9 @@ from .analysis import (
     communication_overlap,
     gpu_idle_time,
 )
-from .analysis.kinds import GPU_WORK_KINDS
 from .jobs.runs import REPO_ROOT, show_path
 from .traces import TraceError, load_run, trace_files
+from .traces.kinds import GPU_WORK_KINDS
 
 __all__ = ["Step", "Result", "plan", "check_traces", "rehearsal_report", "main"]
 

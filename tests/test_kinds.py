@@ -6,8 +6,8 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from helpers.analysis import steps
-from helpers.analysis.kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind
 from helpers.drawing import timeline
+from helpers.traces.kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind
 
 
 def test_every_kind_has_a_name_a_colour_a_layer_and_a_rule_in_words():

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "helpers"
 
 #: The rooms in the order they may import each other: each imports only those before it.
-ROOMS = ["jobs", "analysis", "traces", "drawing", "hangs", "report", "live", "exercises", "doctor", "rehearsal"]  # fmt: skip
+ROOMS = ["jobs", "traces", "analysis", "drawing", "hangs", "report", "live", "exercises", "doctor", "rehearsal"]  # fmt: skip
 #: Rooms that are one module, run as a command, not imported by the lessons.
 COMMANDS = ("doctor", "rehearsal")
 #: Modules at the top of helpers/ that every room may import.
@@ -159,15 +159,23 @@ def test_a_room_imports_only_the_rooms_before_it():
     assert upward(edges()) == []
 
 
+def test_the_parser_imports_nothing_of_the_analysis():
+    parser_imports = [(a, b, name) for a, b, name in edges() if room(a) == "traces"]
+    assert parser_imports and [e for e in parser_imports if room(e[1]) == "analysis"] == []
+
+
 def test_no_module_imports_a_private_module_or_name_of_another_room():
     assert leaks(edges()) == []
 
 
-def test_no_private_name_crosses_modules_inside_the_jobs_room():
+def test_no_private_name_crosses_modules_inside_a_room():
     crossing = [
         (importer, module, name)
         for importer, module, name in edges()
-        if room(importer) == "jobs" and name and name.startswith("_") and not name.startswith("__")
+        if room(importer)
+        and room(importer) == room(module)
+        and private(name or "")
+        and not module.endswith(f".{name}")  # a room's own private module, imported whole
     ]
     assert crossing == []
 
@@ -198,7 +206,8 @@ def test_every_map_of_the_code_gives_the_rooms_in_the_order_they_import(path, pa
 
 
 def test_the_layering_rules_catch_what_they_forbid():
-    assert upward([("helpers.analysis.steps", "helpers.traces.load", "load_run")])
+    assert upward([("helpers.traces._columns", "helpers.analysis.steps", "step_times")])
+    assert not upward([("helpers.analysis.steps", "helpers.traces.kinds", "KIND_NAMES")])
     assert leaks([("helpers.live.questions", "helpers.jobs._guard", "RUN_MARKER")])
     assert leaks([("helpers.live.questions", "helpers.jobs.runs", "_shorten_paths")])
     assert not leaks([("helpers.jobs.launch", "helpers.jobs._guard", "RUN_MARKER")])

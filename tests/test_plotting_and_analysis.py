@@ -24,9 +24,9 @@ from helpers.analysis import (
     waiting_per_step,
 )
 from helpers.analysis.intervals import busy_ms_per_group, uncovered_parts
-from helpers.analysis.kinds import KIND_COLORS
 from helpers.drawing import COLLAPSED_COMMUNICATION, plot_rank_timeline
 from helpers.traces import load_run, load_trace
+from helpers.traces.kinds import KIND_COLORS
 
 
 def collections_by_colour(fig):
@@ -420,7 +420,7 @@ def test_a_widened_bar_at_the_end_stays_inside_the_axis(tmp_path, write):
 def test_names_are_matched_on_the_categorical_and_on_text_alike(two_ranks):
     import re
 
-    from helpers.analysis.kinds import event_names, name_matches
+    from helpers.traces.kinds import event_names, name_matches
 
     assert isinstance(two_ranks["name"].dtype, pd.CategoricalDtype)  # what the loader gives
     names = event_names(two_ranks)

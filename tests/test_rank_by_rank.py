@@ -14,9 +14,9 @@ from helpers import (
     time_per_kind,
     waiting_per_step,
 )
+from helpers.analysis.rank_by_rank import summarise_run
 from helpers.jobs.recorded import RECORDINGS_ROOT, replay
 from helpers.traces import TraceError, load_run
-from helpers.traces.rank_by_rank import summarise_run
 
 
 def _recording(experiment: str) -> Path:
@@ -74,7 +74,7 @@ def test_a_folder_without_traces_is_named(tmp_path):
 
 def test_each_rank_is_kept_as_parquet_and_read_back_the_same(tmp_path):
     from helpers import load_trace
-    from helpers.traces.rank_by_rank import rank_events
+    from helpers.traces import rank_events
 
     folder = _replayed("ddp", tmp_path)
     summarise_run(folder, workers=1, progress=False)
@@ -85,8 +85,30 @@ def test_each_rank_is_kept_as_parquet_and_read_back_the_same(tmp_path):
         pd.testing.assert_frame_equal(rank_events(path), load_trace(path).events)
 
 
+def test_each_ranks_header_is_kept_with_its_events_and_read_back_the_same(tmp_path):
+    from helpers import load_trace
+    from helpers.traces.rank_files import rank_trace
+
+    path = sorted(_replayed("ddp", tmp_path).glob("rank*.json"))[0]
+    decoded = rank_trace(path)
+    cached = rank_trace(path)
+    assert cached.header == decoded.header == load_trace(path).header
+    assert cached.events.attrs == {}, "the header travels beside the events, not in them"
+
+
+def test_files_of_two_runs_are_refused_rank_by_rank_as_load_run_refuses_them(
+    tmp_path, kineto, write
+):
+    from helpers.traces import DifferentRuns
+
+    write(tmp_path / "rank0.json", kineto(0, world=2))
+    write(tmp_path / "rank1.json", kineto(1, world=4))
+    with pytest.raises(DifferentRuns, match="rank1.json.*different run.*world_size"):
+        summarise_run(tmp_path, workers=1, progress=False, cache=False)
+
+
 def test_a_changed_file_is_decoded_again_and_its_old_cache_goes(tmp_path):
-    from helpers.traces.rank_by_rank import rank_events
+    from helpers.traces import rank_events
 
     folder = _replayed("ddp", tmp_path)
     path = sorted(folder.glob("rank*.json"))[0]
@@ -100,7 +122,7 @@ def test_a_changed_file_is_decoded_again_and_its_old_cache_goes(tmp_path):
 
 def test_a_damaged_cache_is_no_cache(tmp_path):
     from helpers import load_trace
-    from helpers.traces.rank_by_rank import rank_events
+    from helpers.traces import rank_events
 
     folder = _replayed("ddp", tmp_path)
     path = sorted(folder.glob("rank*.json"))[0]
@@ -141,7 +163,7 @@ def test_a_merged_file_in_the_run_folder_is_left_out_as_load_run_does(tmp_path):
 
 def test_a_file_that_merge_traces_wrote_is_not_read_nor_counted(tmp_path, monkeypatch):
     from helpers import merge_traces
-    from helpers.traces import rank_by_rank
+    from helpers.analysis import rank_by_rank
     from helpers.traces.export import written_by_merge
 
     folder = _replayed("ddp", tmp_path)
@@ -221,7 +243,7 @@ def test_the_path_strung_rank_by_rank_covers_every_step_when_the_clocks_disagree
     """A rank's arrival read on another clock can come after the moment the walk reached the
     collective: the path must not go back up in time (it counted some time twice, or looped)."""
     from helpers import step_windows
-    from helpers.traces.rank_by_rank import kept_of_rank, summary_of
+    from helpers.analysis.rank_by_rank import kept_of_rank, summary_of
 
     events = load_run(_recording(experiment), cache=False).events
     parts = []

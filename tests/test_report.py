@@ -443,7 +443,9 @@ def test_read_rank_by_rank_two_runs_of_different_world_sizes_are_refused(tmp_pat
     write_doc(tmp_path / "rank0.json", kineto_doc(0, world=2))
     write_doc(tmp_path / "rank1.json", kineto_doc(1, world=4))
     with pytest.raises(
-        ReportError, match=r"(?s)rank1.json says world size 4, .*rank0.json says 2.*two runs"
+        ReportError,
+        match=r"(?s)rank1.json: comes from a different run than .*rank0.json "
+        r"\(world_size 4 vs 2\).*two runs in one folder",
     ):
         build_report(tmp_path, whole_limit_mb=0)
 
@@ -463,6 +465,18 @@ def test_one_merged_file_too_large_to_read_whole_asks_for_the_ranks_files(stragg
     merged = merge_traces(load_run(straggler_run), tmp_path / "merged.json")
     with pytest.raises(ReportError, match="give the report the ranks' own files"):
         build_report(merged, whole_limit_mb=0)
+
+
+def test_the_merged_trace_is_written_from_the_reports_own_read(
+    straggler_run, tmp_path, monkeypatch
+):
+    from helpers.report import build
+
+    loads, real = [], build.load_run
+    monkeypatch.setattr(build, "load_run", lambda *a, **k: loads.append(a) or real(*a, **k))
+    merged = tmp_path / "m.json"
+    assert main([str(straggler_run.run_dir), "--out", str(tmp_path / "r.html"), "--merged", str(merged)]) == 0  # fmt: skip
+    assert len(loads) == 1 and merged.read_bytes().startswith(b"{")
 
 
 def test_merged_is_written_from_a_pattern_of_files_too(tmp_path):

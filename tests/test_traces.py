@@ -8,6 +8,7 @@ import pytest
 
 from helpers.analysis import shift_ranks
 from helpers.traces import (
+    DifferentRuns,
     TraceError,
     TraceWarning,
     distributed_info,
@@ -245,7 +246,7 @@ def test_events_without_a_start_time_fail_strict_and_are_skipped_lenient(tmp_pat
 def test_two_files_claiming_the_same_rank_are_refused(tmp_path, kineto, write):
     write(tmp_path / "a.json", kineto(1))
     write(tmp_path / "b.json", kineto(1))
-    with pytest.raises(TraceError, match="claims rank 1") as caught:
+    with pytest.raises(DifferentRuns, match="claims rank 1") as caught:
         load_run(tmp_path)
     assert caught.value.path.name in {"a.json", "b.json"}
 
@@ -253,7 +254,7 @@ def test_two_files_claiming_the_same_rank_are_refused(tmp_path, kineto, write):
 def test_files_of_different_runs_are_refused(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0, offset_us=0))
     write(tmp_path / "rank1.json", kineto(1, offset_us=30e6, pid=300))  # 30 s later
-    with pytest.raises(TraceError, match="rank1.json.*different runs"):
+    with pytest.raises(DifferentRuns, match="rank1.json.*different runs"):
         load_run(tmp_path)
     assert load_run(tmp_path, same_run=False).ranks == [0, 1]
 
@@ -261,11 +262,11 @@ def test_files_of_different_runs_are_refused(tmp_path, kineto, write):
 def test_files_with_different_world_sizes_or_run_ids_are_refused(tmp_path, kineto, write):
     write(tmp_path / "rank0.json", kineto(0, world=2))
     write(tmp_path / "rank1.json", kineto(1, world=4))
-    with pytest.raises(TraceError, match="rank1.json.*different run.*world_size"):
+    with pytest.raises(DifferentRuns, match="rank1.json.*different run.*world_size"):
         load_run(tmp_path)
     write(tmp_path / "rank1.json", kineto(1, run_id="b"))
     write(tmp_path / "rank0.json", kineto(0, run_id="a"))
-    with pytest.raises(TraceError, match="different run.*run_id"):
+    with pytest.raises(DifferentRuns, match="different run.*run_id"):
         load_run(tmp_path)
 
 

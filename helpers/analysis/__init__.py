@@ -3,7 +3,9 @@ that return small DataFrames in milliseconds. One function per question; the sam
 gets the same, true answer on a CPU trace (gloo spans) and a GPU trace (NCCL kernels), read
 from what the trace holds.
 
-- ``kinds``: the kinds of event (how each is recognised, its colour), defined once.
+The kinds of event (how each is recognised, its colour) are the parser's, defined once in
+:mod:`helpers.traces.kinds`; every module here reads them from there.
+
 - ``intervals``: wall time of overlapping intervals, counted once.
 - ``steps``: step times, time per kind, the heaviest ops, time per line of a script.
 - ``collectives``: the same collective matched on every rank; waiting against moving data,
@@ -21,6 +23,9 @@ from what the trace holds.
   some of it would buy (a what-if, by re-timing the dependencies read in the traces);
   ``path_by_rank``: the same path for a run
   too large to load whole, strung together from each rank's part of it.
+- ``rank_by_rank``: a run too large to load whole, summarised one rank at a time
+  (:func:`summarise_run`, a :class:`RunSummary` that answers this room's questions from the
+  parts it kept of each rank).
 """
 
 from .clocks import clock_offsets, shift_ranks
@@ -42,20 +47,14 @@ from .critical_path import critical_path, path_summary, step_windows
 from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
-from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind, event_names, name_matches
 from .memory import memory_over_time, memory_peaks
 from .overhead import profiling_cost
+from .rank_by_rank import RunSummary, kept_of_file, summarise_run, summary_of
 from .replay import replay_error, replay_step_times, what_if
 from .rpc import by_rpc_node, enclosure, max_parallel_lanes, rpc_calls
 from .steps import step_times, time_by_source_line, time_per_kind, top_ops
 
 __all__ = [
-    "KINDS",
-    "KIND_NAMES",
-    "KIND_COLORS",
-    "event_kind",
-    "event_names",
-    "name_matches",
     "merge_intervals",
     "busy_ms",
     "busy_ms_per_group",
@@ -94,4 +93,8 @@ __all__ = [
     "what_if",
     "replay_error",
     "replay_step_times",
+    "summarise_run",
+    "RunSummary",
+    "kept_of_file",
+    "summary_of",
 ]

@@ -16,8 +16,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..traces.kinds import event_names, name_matches
 from .intervals import busy_ms_per_group, covered_us, merge_intervals
-from .kinds import event_names, name_matches
 
 __all__ = [
     "COLLECTIVE_NAMES",
@@ -107,7 +107,7 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     return ev
 
 
-def _on_every_rank(ev: pd.DataFrame) -> pd.DataFrame:
+def on_every_rank(ev: pd.DataFrame) -> pd.DataFrame:
     """The collectives seen on every rank they belong to: all loaded ranks, or, where the
     trace gives the group's size, that many ranks (a collective of a smaller group)."""
     ranks = ev["rank"].nunique()
@@ -128,7 +128,7 @@ def unmatched_collectives(events: pd.DataFrame, names: str | None = None) -> pd.
     ranks = sorted(int(r) for r in events["rank"].unique())
     if len(ranks) < 2 or ev.empty:
         return pd.DataFrame(columns=columns)
-    kept = _on_every_rank(ev).index
+    kept = on_every_rank(ev).index
     lonely = ev[~ev.index.isin(kept)]
     seen = lonely.groupby(["key", "index"])["rank"].agg(lambda r: set(int(x) for x in r))
     missing = [sorted(set(ranks) - seen[(k, i)]) for k, i in zip(lonely["key"], lonely["index"])]
@@ -154,12 +154,14 @@ def collective_waits(events: pd.DataFrame, names: str | None = None) -> pd.DataF
     GPU kernel.
     """
     columns = ["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]
-    return _waits(events, names)[columns + ["matched_by", "key"]].reset_index(drop=True)
+    return collectives_with_waits(events, names)[columns + ["matched_by", "key"]].reset_index(
+        drop=True
+    )
 
 
-def _waits(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
+def collectives_with_waits(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
     """The matched collectives with every column of ``events``, ``transfer_us`` and ``wait_us``."""
-    ev = _on_every_rank(matched_collectives(events, names))
+    ev = on_every_rank(matched_collectives(events, names))
     ev = ev.assign(transfer_us=ev.groupby(["key", "index"])["dur_us"].transform("min"))
     ev["wait_us"] = ev["dur_us"] - ev["transfer_us"]
     return ev
@@ -210,7 +212,7 @@ def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.Data
     member is only the first to arrive by a hair. A group with one member loaded (a trace of one
     rank) has no row: nobody loaded waited for it.
     """
-    waits = _waits(events, names).dropna(subset=["step"])
+    waits = collectives_with_waits(events, names).dropna(subset=["step"])
     waits = waits[waits["process_group"].notna()]
     if waits.empty:
         raise ValueError(
@@ -334,7 +336,7 @@ def collective_bandwidth(events: pd.DataFrame, names: str | None = None) -> pd.D
     Returns ``name, collective, rank, step, msg_bytes, group_size, time_us, algbw_gbps,
     busbw_gbps``; empty when no collective records its size.
     """
-    waits = _waits(events, names)
+    waits = collectives_with_waits(events, names)
     sized = waits[waits["msg_bytes"].notna() & (waits["transfer_us"] > 0)]
     sized = sized[sized["msg_bytes"] > 0].rename(columns={"transfer_us": "time_us"})
     out = sized[["name", "collective", "rank", "step", "msg_bytes", "group_size", "time_us"]]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .kinds import event_names
+from ..traces.kinds import event_names
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
@@ -59,7 +59,7 @@ def critical_path(events: pd.DataFrame) -> pd.DataFrame:
 
 def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     """:func:`critical_path` from lanes already cut (:func:`.lanes.lane_intervals`)."""
-    walker = _Walker(lanes)
+    walker = PathWalker(lanes)
     rows = [row for step, lo, hi in step_windows(lanes.steps) for row in walker.step(step, lo, hi)]
     raw = pd.DataFrame(rows, columns=["step", "lane_id", "label", "start_us", "end_us", "reason", "to_rank"])  # fmt: skip
     table = lanes.lanes
@@ -88,7 +88,7 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     return path[_COLUMNS]
 
 
-class _Walker:
+class PathWalker:
     """Walks the lanes backwards, one step at a time (see the module)."""
 
     def __init__(self, lanes: Lanes):

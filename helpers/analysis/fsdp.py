@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..traces.kinds import event_names
 from .collectives import collective_waits
 from .intervals import uncovered_parts
-from .kinds import event_names
 
 __all__ = ["ROOT_UNIT", "FSDP_PHASES", "fsdp_phases", "fsdp_collectives"]
 

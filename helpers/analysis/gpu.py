@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .intervals import busy_ms
-from .kinds import GPU_WORK_CATEGORIES
+from ..traces.kinds import GPU_WORK_CATEGORIES
+from .intervals import busy_ms_per_group
 
 __all__ = ["gpu_idle_time"]
 
@@ -26,13 +26,11 @@ def gpu_idle_time(events: pd.DataFrame) -> pd.DataFrame:
     work = events[events["cat"].astype(str).isin(GPU_WORK_CATEGORIES).to_numpy()].dropna(
         subset=["step"]
     )
-    rows = []
-    for (rank, step), group in work.groupby(["rank", "step"], observed=True):
-        window_us = float(group["end_us"].max() - group["start_us"].min())
-        for stream, lane in group.groupby("stream", observed=True):
-            busy_us = busy_ms(lane["start_us"], lane["end_us"]) * 1e3
-            rows.append((rank, step, stream, window_us / 1e3, busy_us / 1e3))
-    table = pd.DataFrame(rows, columns=["rank", "step", "stream", "window_ms", "busy_ms"])
+    windows = work.groupby(["rank", "step"], observed=True)
+    window_ms = (windows["end_us"].max() - windows["start_us"].min()) / 1e3
+    busy = busy_ms_per_group(work, ["rank", "step", "stream"]).rename("busy_ms").reset_index()
+    table = busy.join(window_ms.rename("window_ms"), on=["rank", "step"])
+    table = table[["rank", "step", "stream", "window_ms", "busy_ms"]]
     table["idle_ms"] = table["window_ms"] - table["busy_ms"]
     table["idle_fraction"] = table["idle_ms"] / table["window_ms"]
     return table.astype({"rank": int, "step": int, "stream": int})

@@ -35,17 +35,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .collectives import _waits, matched_collectives
+from ..traces.kinds import GPU_WORK_KINDS, event_names, name_matches
+from .collectives import collectives_with_waits, matched_collectives
 from .intervals import merge_intervals
-from .kinds import GPU_WORK_KINDS, event_names, name_matches
 from .wakers import (
     WAKE_TOLERANCE_US,
-    _Arrays,
-    _event_ends,
-    _issuers,
-    _main_lane_issuers,
-    _wakers,
-    _worker_gap,
+    IntervalArrays,
+    event_ends,
+    find_wakers,
+    main_lane_issuers,
+    worker_event_issuers,
+    worker_gap,
 )
 
 __all__ = ["Lanes", "lane_intervals", "WAKE_TOLERANCE_US", "SYNC_CALLS"]
@@ -98,7 +98,11 @@ def lane_intervals(events: pd.DataFrame, alone: bool = False) -> Lanes:
             warnings.simplefilter("ignore", UserWarning)
             matched = matched_collectives(events, None)
     else:
-        matched = _waits(events, None) if events["rank"].nunique() > 1 else events.iloc[:0]
+        matched = (
+            collectives_with_waits(events, None)
+            if events["rank"].nunique() > 1
+            else events.iloc[:0]
+        )
     matched = matched[matched.index.isin(ev.index)]
     cuts = {r: np.unique(g[["start_us", "end_us"]].to_numpy()) for r, g in steps.groupby("rank")}
     parts = []
@@ -254,18 +258,18 @@ def _set_rules(lanes: Lanes, ev: pd.DataFrame) -> None:
     rule = np.where(has, "work", "wait").astype(object)
     rule[(kind == "annotation") | sync] = "wait"
     after = np.full(len(iv), -1, dtype=np.int64)
-    ends = _event_ends(iv, ev, lanes.lanes["gpu"].to_numpy())
-    issuers = _issuers(ev, iv)
-    arrays = _Arrays.of(iv)
+    ends = event_ends(iv, ev, lanes.lanes["gpu"].to_numpy())
+    issuers = worker_event_issuers(ev, iv)
+    arrays = IntervalArrays.of(iv)
     main = {
         r: i for i, r in zip(lanes.lanes.index, lanes.lanes["rank"]) if lanes.lanes.at[i, "main"]
     }
-    issuers = _main_lane_issuers(arrays, worker, main, issuers)
+    issuers = main_lane_issuers(arrays, worker, main, issuers)
     waits = np.flatnonzero(rule == "wait")
     for row in waits[worker[waits]]:
-        rule[row], after[row] = _worker_gap(arrays, row, issuers)
+        rule[row], after[row] = worker_gap(arrays, row, issuers)
     waits = waits[~worker[waits]]
-    wakers = _wakers(arrays, waits, ends, sync[waits].astype(bool))
+    wakers = find_wakers(arrays, waits, ends, sync[waits].astype(bool))
     rule[waits] = np.where(wakers >= 0, "wait", "work")
     after[waits] = wakers
     rule[list(lanes.instance)] = "collective"

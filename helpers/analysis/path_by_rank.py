@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from .collectives import _on_every_rank, matched_collectives
-from .critical_path import _Walker, step_windows
-from .kinds import event_names
+from ..traces.kinds import event_names
+from .collectives import matched_collectives, on_every_rank
+from .critical_path import PathWalker, step_windows
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLUMNS"]
@@ -36,7 +36,7 @@ CHAIN_COLUMNS = ["rank", "walk", "begin", "origin", "step", "key", "index", "sta
 _TEXT = ["origin", "key", "to_key", "kind", "name"]  # categorical
 
 
-class _RankWalker(_Walker):
+class _RankWalker(PathWalker):
     """The walk of :func:`helpers.critical_path` on one rank, stopping at its collectives and
     where an earlier walk of the rank went on the same way (``owner``: row -> (walk, position
     of its segment, the moment that walk entered the row))."""
@@ -203,7 +203,7 @@ class _Links:
         with warnings.catch_warnings():  # said once by the run's own collective_waits
             warnings.simplefilter("ignore", UserWarning)
             every = matched_collectives(collectives, None)
-        matched = _on_every_rank(every)
+        matched = on_every_rank(every)
         self.arrive = {(k, i, int(r)): s for k, i, r, s in zip(matched["key"], matched["index"], matched["rank"], matched["start_us"])}  # fmt: skip
         self.ranks_of = matched.groupby(["key", "index"])["rank"].agg(list).to_dict()
         self.names_of = dict(zip(zip(every["key"], every["index"]), every["name"].astype(str)))

@@ -28,7 +28,7 @@ from collections import deque
 import numpy as np
 import pandas as pd
 
-from .kinds import name_matches
+from ..traces.kinds import name_matches
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["replay_step_times", "replay_error", "what_if", "retime"]

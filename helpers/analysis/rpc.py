@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..traces.kinds import event_names
 from .intervals import merge_intervals
-from .kinds import event_names
 
 __all__ = ["RPC_CALL", "by_rpc_node", "rpc_calls", "enclosure", "max_parallel_lanes"]
 

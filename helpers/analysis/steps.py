@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..traces.kinds import KIND_NAMES, event_names
 from .intervals import busy_ms_per_group
-from .kinds import KIND_NAMES, event_names
 
 __all__ = ["step_times", "time_per_kind", "top_ops", "time_by_source_line"]
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .kinds import GPU_WORK_KINDS, event_names
+from ..traces.kinds import GPU_WORK_KINDS, event_names
 
 __all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
 
@@ -24,7 +24,7 @@ WAKE_TOLERANCE_US = 3000.0
 LONG_WAIT_SHARE = 0.01
 
 
-def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
+def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
     """Per rank, each event's last interval (where the event ends), sorted by its end:
     ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start)``."""
     last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
@@ -41,11 +41,13 @@ def _event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dic
     }
 
 
-#: The most (waiting interval, candidate waker) pairs :func:`_wakers` looks at in one go.
+#: The most (waiting interval, candidate waker) pairs :func:`find_wakers` looks at in one go.
 _PAIRS_AT_ONCE = 2_000_000
 
 
-def _wakers(iv: _Arrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray) -> np.ndarray:
+def find_wakers(
+    iv: IntervalArrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray
+) -> np.ndarray:
     """For each of ``rows``, the interval on another lane of its rank whose event ended closest
     to the row's end (-1: none): after the row began, at most the tolerance (or a hundredth of
     the row) before its end, and at most the tolerance or the row's own length after it (a span
@@ -78,7 +80,7 @@ def _wakers(iv: _Arrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray) -> 
     return found
 
 
-def _issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
+def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
     CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
     call that began before it on its rank (the row of the issuer's last interval)."""
@@ -104,8 +106,8 @@ def _issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     return found
 
 
-def _main_lane_issuers(
-    iv: _Arrays, worker: np.ndarray, main: dict, issuers: dict[int, int]
+def main_lane_issuers(
+    iv: IntervalArrays, worker: np.ndarray, main: dict, issuers: dict[int, int]
 ) -> dict[int, int]:
     """``issuers`` completed for the worker lanes' events whose issuer is not in the trace (a
     gloo span with no ``c10d::`` call, a kernel with no launch): the interval of their rank's
@@ -127,7 +129,7 @@ def _main_lane_issuers(
     return found
 
 
-def _worker_gap(iv: _Arrays, row: int, issuers: dict[int, int]) -> tuple[str, int]:
+def worker_gap(iv: IntervalArrays, row: int, issuers: dict[int, int]) -> tuple[str, int]:
     """A worker lane's gap: ``issued`` by the next event's issuer, or ``queued`` behind the
     lane's previous event when the issuer had finished before the gap began; ``work`` (the
     lane's own idle time) when no issuer is found."""
@@ -143,7 +145,7 @@ def _worker_gap(iv: _Arrays, row: int, issuers: dict[int, int]) -> tuple[str, in
 
 
 @dataclass
-class _Arrays:
+class IntervalArrays:
     """The intervals' columns as arrays, for the loops that look at them one by one."""
 
     rank: np.ndarray
@@ -153,5 +155,5 @@ class _Arrays:
     event: np.ndarray
 
     @classmethod
-    def of(cls, iv: pd.DataFrame) -> _Arrays:
+    def of(cls, iv: pd.DataFrame) -> IntervalArrays:
         return cls(*(iv[c].to_numpy() for c in ("rank", "lane_id", "start_us", "end_us", "event")))

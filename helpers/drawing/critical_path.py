@@ -10,8 +10,8 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..analysis.kinds import KIND_NAMES
-from .timeline import _rows, plot_rank_timeline
+from ..traces.kinds import KIND_NAMES
+from .timeline import plot_rank_timeline, timeline_rows
 
 __all__ = ["plot_critical_path"]
 
@@ -57,7 +57,7 @@ def plot_critical_path(
     fig = plot_rank_timeline(events, step=step, lanes=True, ax=ax, title=title)
     ax = fig.axes[0]
     drawable = events[events["kind"].isin([k for k in KIND_NAMES if k != "other"])]
-    rows = _rows(events, drawable, True, None, "rank")[0]
+    rows = timeline_rows(events, drawable, True, None, "rank")[0]
     origin = float((events["start_us"] - events["rel_us"]).iloc[0])
     x0 = (mine["start_us"].to_numpy() - origin) / 1e3
     x1 = (mine["end_us"].to_numpy() - origin) / 1e3

@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..analysis.kinds import GPU_WORK_CATEGORIES
+from ..traces.kinds import GPU_WORK_CATEGORIES
 
 __all__ = ["plot_launch_lag"]
 

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..analysis.kinds import KIND_COLORS
+from ..traces.kinds import KIND_COLORS
 
 __all__ = ["plot_collective_sequences"]
 

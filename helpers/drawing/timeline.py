@@ -2,7 +2,7 @@
 
 :func:`plot_rank_timeline` draws one row per rank (optionally one lane per thread or GPU
 stream inside each rank, and ranks grouped by node), bars coloured by kind (the colours of
-:mod:`helpers.analysis.kinds`), on a shared time axis in milliseconds. Bars are drawn as one
+:mod:`helpers.traces.kinds`), on a shared time axis in milliseconds. Bars are drawn as one
 collection per kind, and bars closer than a pixel are joined, so a million events draw
 in about a second.
 """
@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..analysis.intervals import merge_intervals
-from ..analysis.kinds import KIND_COLORS, KIND_NAMES, KINDS
+from ..traces.kinds import KIND_COLORS, KIND_NAMES, KINDS
 
 __all__ = ["plot_rank_timeline", "plot_timelines", "step_window"]
 
@@ -46,7 +46,7 @@ def step_window(events: pd.DataFrame, step: int) -> tuple[float, float]:
     return rows["rel_us"].min() / 1e3, (rows["rel_us"] + rows["dur_us"]).max() / 1e3
 
 
-def _rows(
+def timeline_rows(
     events: pd.DataFrame,
     drawable: pd.DataFrame,
     lanes: bool,
@@ -217,7 +217,9 @@ def plot_rank_timeline(
     if window is not None:
         lo, hi = window[0] * 1e3, window[1] * 1e3
         ev = ev[(ev["rel_us"] + ev["dur_us"] >= lo) & (ev["rel_us"] <= hi)]
-    rows, ticks, labels, height, node_breaks = _rows(events, drawable, lanes, nodes, row_label)
+    rows, ticks, labels, height, node_breaks = timeline_rows(
+        events, drawable, lanes, nodes, row_label
+    )
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 0.9 + 0.42 * height))
     if len(ev):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis import busy_ms, collective_waits
+from ..analysis import busy_ms_per_group, collective_waits
 from ..traces import load_run
 from .common import (
     TRAIN_DDP_SCRIPT,
@@ -36,14 +36,11 @@ def _broadcast_ms_per_rank(events: pd.DataFrame) -> pd.Series:
     once on two threads count once), in ms: a Series indexed by rank."""
     waits = collective_waits(events)
     broadcasts = waits[waits["name"].str.contains("broadcast", case=False)].dropna(subset=["step"])
-    per_step = {
-        key: busy_ms(group["start_us"], group["start_us"] + group["dur_us"])
-        for key, group in broadcasts.groupby(["rank", "step"])
-    }
-    if not per_step:
+    broadcasts = broadcasts.assign(end_us=broadcasts["start_us"] + broadcasts["dur_us"])
+    per_step = busy_ms_per_group(broadcasts, ["rank", "step"])
+    if per_step.empty:
         return pd.Series(dtype=float)
-    index = pd.MultiIndex.from_tuples(list(per_step), names=["rank", "step"])
-    return pd.Series(list(per_step.values()), index=index).groupby(level="rank").median()
+    return per_step.groupby(level="rank").median()
 
 
 def _where_the_fast_rank_waits(

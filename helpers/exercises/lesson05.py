@@ -9,8 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis import name_matches
-from ..traces import load_run
+from ..traces import load_run, name_matches
 from .common import Check, close, number, whole, wrong_run
 
 __all__ = [

@@ -8,9 +8,8 @@ import time
 from collections.abc import Sequence
 
 from ..jobs.runs import show_path
-from ..traces import TraceError, load_run, merge_traces
-from ..traces.export import written_by_merge
-from .build import ReportError, build_report, trace_paths
+from ..traces import TraceError
+from .build import ReportError, build_report
 from .html import write_report
 
 
@@ -31,20 +30,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     started = time.perf_counter()
     try:
-        report = build_report(args.traces, skip_bad=args.skip_bad)
+        report = build_report(args.traces, skip_bad=args.skip_bad, merged=args.merged)
         out = write_report(report, args.out)
-        if args.merged:
-            if report.read != "whole":
-                raise ReportError("--merged: these traces are too large to load whole for one merged file")  # fmt: skip
-            files = [f for f in trace_paths(args.traces) if not written_by_merge(f)]
-            merged = merge_traces(load_run(files, strict=not args.skip_bad, cache=False), args.merged)  # fmt: skip
-            print(f"merged trace for https://ui.perfetto.dev: {show_path(merged)}")
+        if report.merged is not None:
+            print(f"merged trace for https://ui.perfetto.dev: {show_path(report.merged)}")
     except (ReportError, TraceError) as err:
         print(f"report: {err}", file=sys.stderr)
         return 2
-    ranks = report.glance["ranks found"].split(":")[0]
     print(
-        f"report written to {show_path(out)}: {ranks} rank(s), read {report.read}, "
+        f"report written to {show_path(out)}: {len(report.ranks)} rank(s), read {report.read}, "
         f"{len(report.skipped)} files skipped, {time.perf_counter() - started:.1f} s"
     )
     return 0

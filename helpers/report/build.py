@@ -16,8 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis import (
+    RunSummary,
     fsdp_phases,
     step_times,
+    summarise_run,
     time_per_kind,
     waiting_per_group,
 )
@@ -25,13 +27,13 @@ from ..analysis.lanes import lane_intervals
 from ..hangs import FlightRecorderError, load_flight_records, with_groups_from_flight_records
 from ..jobs.runs import show_path
 from ..traces import (
+    DifferentRuns,
     NotATrace,
-    RunSummary,
     TraceError,
-    distributed_info,
+    TraceHeader,
     load_run,
     load_trace,
-    summarise_run,
+    merge_traces,
     trace_files,
 )
 from ..traces.export import written_by_merge
@@ -65,13 +67,16 @@ class ReportError(ValueError):
 class Report:
     """The report of one run: ``glance`` (facts, in order), ``sections`` in reading order (what
     held the steps first, when the traces have steps; then what the traces cannot tell), the
-    ``skipped`` files and why, and how the traces were ``read`` ("whole" or "rank by rank")."""
+    ``skipped`` files and why, how the traces were ``read`` ("whole" or "rank by rank"), the
+    ``ranks`` found, and the ``merged`` trace written for Perfetto (when asked for)."""
 
     source: str
     glance: dict[str, str]
     sections: list[Section]
     skipped: list[tuple[str, str]] = field(default_factory=list)
     read: str = "whole"
+    ranks: list[int] = field(default_factory=list)
+    merged: Path | None = None
 
     def section(self, title: str) -> Section:
         """The section called ``title``; a KeyError lists the titles there are."""
@@ -87,20 +92,27 @@ def build_report(
     skip_bad: bool = False,
     whole_limit_mb: float = WHOLE_LIMIT_MB,
     progress: bool | None = None,
+    merged: str | Path | None = None,
 ) -> Report:
     """The report of the run whose per-rank traces are ``traces`` (a folder, searched below
     too, as several nodes' folders are; files or patterns such as ``run/rank*.json.gz``; or
     one merged file of several ranks).
     ``skip_bad``: leave out files that cannot be read, and list them, instead of stopping at
-    the first. Raises :class:`ReportError` for input it cannot use."""
+    the first. ``merged``: also write every rank into this one trace for Perfetto, from the
+    same read. Raises :class:`ReportError` for input it cannot use."""
     paths = [traces] if isinstance(traces, (str, Path)) else list(traces)
     files = trace_paths(paths)
     size_mb = sum(f.stat().st_size * (8 if f.name.endswith(".gz") else 1) for f in files) / 1e6
-    reader = _read_rank_by_rank if size_mb > whole_limit_mb else _read_whole
+    whole = size_mb <= whole_limit_mb
+    if merged is not None and not whole:
+        raise ReportError("--merged: these traces are too large to load whole for one merged file")
     try:
         with warnings.catch_warnings(record=True) as caught:  # said in the report instead
             warnings.simplefilter("always", UserWarning)
-            read = reader(files, skip_bad, progress)
+            if whole:
+                read = _read_whole(files, skip_bad, progress, merged)
+            else:
+                read = _read_rank_by_rank(files, skip_bad, progress)
             return _assemble(", ".join(show_path(p) for p in paths), read, caught)
     except TraceError as err:
         raise ReportError(f"{err}{_what_to_do(err, skip_bad)}") from None
@@ -108,7 +120,7 @@ def build_report(
 
 def _what_to_do(err: TraceError, skip_bad: bool) -> str:
     """What to add to the loader's message for the command's user."""
-    if "claims rank" in err.problem or "different run" in err.problem:
+    if isinstance(err, DifferentRuns):
         return "\n  These look like two runs in one folder: give the report one run's files."
     if err.path is not None and not skip_bad and not isinstance(err, NotATrace):
         return "\n  With --skip-bad the report leaves this file out and reports on the others."
@@ -156,26 +168,38 @@ class _Read:
     whole: bool = True
     summary: RunSummary | None = None  # read rank by rank: what was kept of each rank
     read: list[Path] = field(default_factory=list)  # the trace files whose events are here
+    merged: Path | None = None  # the trace written for Perfetto, when asked for
 
 
-def _read_whole(files: list[Path], skip_bad: bool, progress: bool | None) -> _Read:
-    """Every event of the run, in memory."""
-    if len(files) == 1:  # one rank's file, or one merged file of several ranks
+def _header_facts(headers: Sequence[TraceHeader]) -> dict:
+    """What the files' headers say of the job: world size, backends, GPU events unlaunched."""
+    return {
+        "world": max((h.world_size or 0 for h in headers), default=0) or None,
+        "backends": sorted({h.backend for h in headers if h.backend}),
+        "gpu_without_launch": sum(h.gpu_events_without_launch for h in headers),
+    }
+
+
+def _read_whole(
+    files: list[Path], skip_bad: bool, progress: bool | None, merged: str | Path | None
+) -> _Read:
+    """Every event of the run, in memory (and, with ``merged``, written into one trace)."""
+    if len(files) == 1 and merged is None:  # one rank's file, or one merged file of several
         trace = load_trace(files[0])
         events, headers, skipped = trace.events, [trace.header], []
     else:
         ranks = [f for f in files if not written_by_merge(f)] or files
         run = load_run(ranks, strict=not skip_bad, progress=progress, cache=False)
         events, headers, skipped = run.events, run.headers, run.skipped
+        merged = merge_traces(run, merged) if merged is not None else None
         events = _with_groups_from_dumps(events, {Path(h.path).parent for h in headers})
     return _Read(
         events,
         time_per_kind(events),
-        max((h.world_size or 0 for h in headers), default=0) or None,
-        sorted({h.backend for h in headers if h.backend}),
-        sum(h.gpu_events_without_launch for h in headers),
-        skipped,
+        **_header_facts(headers),
+        skipped=skipped,
         read=sorted({Path(h.path) for h in headers}),
+        merged=merged,
     )
 
 
@@ -212,40 +236,14 @@ def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None)
             summary = summarise_run(files, cache=False, progress=progress)
             break
         except TraceError as err:
-            if not skip_bad or err.path is None or err.path not in files:
+            bad = err.path is not None and err.path in files and not isinstance(err, DifferentRuns)
+            if not (skip_bad and bad):
                 raise
             files.remove(err.path)
             skipped.append((err.path, err.problem))
-    ranks = list(summary.kind_ms.index)
-    if len(set(ranks)) < len(ranks):
-        raise ReportError(
-            f"several files claim the same rank (ranks found: {_ranges(ranks)}).\n  These look "
-            "like two runs in one folder: give the report one run's files."
-        )
-    world, backends = _same_job(files)
     events = pd.concat([summary.steps, summary.collectives], ignore_index=True)
-    return _Read(events, summary.kind_ms, world, backends, skipped=skipped, whole=False, summary=summary, read=summary.files)  # fmt: skip
-
-
-def _same_job(files: list[Path]) -> tuple[int | None, list[str]]:
-    """The world size and backends that the files' headers give (read from each file's start,
-    as :func:`load_run` checks them for a run it loads whole); a ReportError when two files
-    disagree."""
-    said: dict[str, dict] = {"world_size": {}, "backend": {}}
-    for path in files:
-        for field_name, value in distributed_info(path).items():
-            if value is not None:
-                said[field_name].setdefault(value, path)
-    for field_name, values in said.items():
-        if len(values) > 1:
-            (x, first), (y, other) = list(values.items())[:2]
-            raise ReportError(
-                f"{show_path(other)} says {field_name.replace('_', ' ')} {y!r}, "
-                f"{show_path(first)} says {x!r}.\n  These look like two runs in one folder: "
-                "give the report one run's files."
-            )
-    world = next(iter(said["world_size"]), None)
-    return world, sorted(said["backend"])
+    facts = _header_facts(summary.headers)
+    return _Read(events, summary.kind_ms, **facts, skipped=skipped, whole=False, summary=summary, read=summary.files)  # fmt: skip
 
 
 def _assemble(source: str, read: _Read, caught: list) -> Report:
@@ -293,7 +291,8 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
         rank_by_rank=not read.whole,
     )
     caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
-    return Report(source, glance, [*held, caution, *sections], facts.skipped, "whole" if read.whole else "rank by rank")  # fmt: skip
+    mode = "whole" if read.whole else "rank by rank"
+    return Report(source, glance, [*held, caution, *sections], facts.skipped, mode, ranks, read.merged)  # fmt: skip
 
 
 def _notes(caught: list[warnings.WarningMessage]) -> list[str]:

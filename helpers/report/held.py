@@ -7,12 +7,11 @@ import re
 
 import pandas as pd
 
-from ..analysis import path_summary, unmatched_collectives, what_if
+from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
 from ..analysis.critical_path import path_of
 from ..analysis.lanes import Lanes
 from ..drawing import plot_critical_path
-from ..traces import RunSummary
-from .sections import Section, _png
+from .sections import Section, figure_png
 
 __all__ = ["HELD", "held_section", "held_section_of_summary", "LONG_STEP"]
 
@@ -171,4 +170,4 @@ def _figure(events: pd.DataFrame, path: pd.DataFrame, step: int) -> tuple[bytes,
         f"{'s' if len(on_path) > 1 else ''} {', '.join(map(str, sorted(on_path)))}, and moves "
         f"between ranks {moves} time{'s' if moves != 1 else ''} at collectives."
     )
-    return _png(fig), alt
+    return figure_png(fig), alt

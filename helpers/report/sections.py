@@ -17,14 +17,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..analysis import (
-    KIND_COLORS,
     collective_bandwidth,
     communication_overlap,
     gpu_idle_time,
     waiting_per_step,
 )
-from ..analysis.kinds import GPU_WORK_KINDS
 from ..drawing import plot_fsdp_phases
+from ..traces.kinds import GPU_WORK_KINDS, KIND_COLORS
 from .cautions import waiting_points_outside
 
 __all__ = ["Section", "section_html"]
@@ -95,7 +94,7 @@ def median_waiting(events: pd.DataFrame, has_steps: bool) -> pd.Series | None:
     return waiting.median() if not waiting.empty else None
 
 
-def _png(fig: Figure) -> bytes:
+def figure_png(fig: Figure) -> bytes:
     out = io.BytesIO()
     fig.savefig(out, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)  # a figure of pyplot's (plot_fsdp_phases) is let go too
@@ -145,7 +144,7 @@ def step_section(times: pd.DataFrame | None) -> Section:
             else "."
         )
     )
-    return Section(title, text, table, _png(fig), alt)
+    return Section(title, text, table, figure_png(fig), alt)
 
 
 def waiting_section(waiting: pd.Series | None, step_ms: float | None, missing: int = 0) -> Section:  # fmt: skip
@@ -222,7 +221,7 @@ def kinds_section(kinds: pd.DataFrame) -> Section:
         for kind, ranks in longest.groupby(longest).groups.items()
     )
     alt = f"A row per rank with a dot per kind of event at its wall time. The longest: {said}."
-    return Section(title, text, kinds.rename_axis("rank"), _png(fig), alt)
+    return Section(title, text, kinds.rename_axis("rank"), figure_png(fig), alt)
 
 
 def _listed(ranks) -> str:
@@ -276,7 +275,7 @@ def phases_section(phases: pd.DataFrame) -> Section:
         "FSDP's annotations per unit, in ms per step and rank (a unit's all-gather adds its "
         "gathers of both passes). The figure is one step of two ranks, a row per unit."
     )
-    figure = _png(plot_fsdp_phases(drawn, last, title=f"ProfilerStep#{last} by phase"))
+    figure = figure_png(plot_fsdp_phases(drawn, last, title=f"ProfilerStep#{last} by phase"))
     alt = "FSDP's phases of one step, a row per unit of each of two ranks."
     return Section(title, text, per_unit, figure, alt)
 

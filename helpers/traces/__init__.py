@@ -10,20 +10,26 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
   (:func:`kept_legacy_records`), and the RPC replies read from them (:func:`server_replies`).
 - ``memory``: :func:`load_memory`, the allocations and frees that ``profile_memory=True``
   records, over time.
-- ``rank_by_rank``: a run too large to load whole, summarised one rank at a time
-  (:func:`summarise_run`, a :class:`RunSummary`).
+- ``kinds``: the kinds of event, defined once: how the loader recognises each (its ``kind``
+  column), its colour and drawing layer; event names as text (:func:`event_names`,
+  :func:`name_matches`). The analysis and the drawings read them from here.
+- ``rank_files``: one rank's file at a time (:func:`rank_events`, its events kept as Parquet;
+  other frames of it kept beside them; the pool of worker processes), for a run too large to
+  load whole (:mod:`helpers.analysis.rank_by_rank`).
 - private, one module per step a file goes through, each importing only those above it in
   this list: ``_bytes`` (size bounds, gzip), ``_json`` (the one JSON decoder), ``_header``,
   ``_steps`` (profiler steps, GPU launches), ``_columns`` (events into columns), ``_file``
   (files into columns, in worker processes: ``_workers``, ``_progress``), ``_frame`` (a run's
   one DataFrame; ``_memory``), ``_cache`` (finished loads kept in ``.cache/``); ``_error``
-  holds :class:`TraceError` (:class:`NotATrace` for a JSON file that is no trace) and
+  holds :class:`TraceError` (:class:`NotATrace` for a JSON file that is no trace,
+  :class:`DifferentRuns` for files that cannot be one run) and
   :class:`TraceWarning`.
 """
 
 from ._header import distributed_info
 from .export import gather_traces, merge_traces
 from .load import (
+    DifferentRuns,
     NotATrace,
     RunTraces,
     Trace,
@@ -31,13 +37,15 @@ from .load import (
     TraceHeader,
     TraceWarning,
     load_run,
+    check_one_run,
     load_trace,
     run_files,
     trace_files,
 )
 from .legacy_records import kept_legacy_records, server_replies
 from .memory import load_memory
-from .rank_by_rank import RunSummary, kept_of_file, rank_events, summarise_run, summary_of
+from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind, event_names, name_matches
+from .rank_files import rank_events
 
 __all__ = [
     "load_trace",
@@ -47,18 +55,22 @@ __all__ = [
     "TraceHeader",
     "TraceError",
     "NotATrace",
+    "DifferentRuns",
     "TraceWarning",
     "trace_files",
     "run_files",
+    "check_one_run",
     "distributed_info",
     "merge_traces",
     "gather_traces",
     "load_memory",
     "kept_legacy_records",
     "server_replies",
-    "summarise_run",
-    "RunSummary",
     "rank_events",
-    "kept_of_file",
-    "summary_of",
+    "KINDS",
+    "KIND_NAMES",
+    "KIND_COLORS",
+    "event_kind",
+    "event_names",
+    "name_matches",
 ]

@@ -48,10 +48,10 @@ _HELPERS = Path(__file__).resolve().parents[1]
 _SOURCES = (
     "traces/load.py", "traces/_cache.py", "traces/_frame.py", "traces/_file.py",
     "traces/_bytes.py", "traces/_json.py", "traces/_header.py", "traces/_columns.py",
-    "traces/_steps.py", "analysis/kinds.py",
+    "traces/_steps.py", "traces/kinds.py",
     # what a rank-by-rank pass keeps of each rank (its parts, its chains of the critical path)
-    "traces/rank_by_rank.py", "analysis/collectives.py", "analysis/lanes.py",
-    "analysis/critical_path.py", "analysis/path_by_rank.py",
+    "traces/rank_files.py", "analysis/rank_by_rank.py", "analysis/collectives.py",
+    "analysis/lanes.py", "analysis/critical_path.py", "analysis/path_by_rank.py",
 )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 from ._error import TraceError
 from ._json import Event
 from ._steps import GPU_CATEGORIES
-from ..analysis.kinds import KIND_NAMES, event_kind
+from .kinds import KIND_NAMES, event_kind
 
 
 def _paired(events: list[Event]) -> tuple[list[Event], int]:
@@ -313,7 +313,7 @@ def _comm_numbers(xs: list[Event]) -> dict[str, np.ndarray]:
 
 
 def kind_codes(name: tuple[np.ndarray, list], cat: tuple[np.ndarray, list]) -> np.ndarray:
-    """The kind of every event (int8 codes into :data:`helpers.analysis.kinds.KIND_NAMES`), from its
+    """The kind of every event (int8 codes into :data:`helpers.traces.kinds.KIND_NAMES`), from its
     name and category columns, classifying each distinct (name, category) pair once."""
     width = len(cat[1]) + 1  # code -1 (no category) becomes 0
     inverse, pairs = pd.factorize(name[0].astype(np.int64) * width + cat[0] + 1)

@@ -1,5 +1,6 @@
 """How the trace layer speaks of a problem: :class:`TraceError` when a file cannot be used
-(:class:`NotATrace` when it is no trace at all), :class:`TraceWarning` when it was loaded, but
+(:class:`NotATrace` when it is no trace at all, :class:`DifferentRuns` when files cannot be of
+one run), :class:`TraceWarning` when it was loaded, but
 not exactly as written.
 
 Every module of the trace layer raises these; :mod:`helpers.traces` hands them on to the lessons.
@@ -30,6 +31,14 @@ class NotATrace(TraceError):
 
     def __reduce__(self):
         return NotATrace, (self.path, self.problem)
+
+
+class DifferentRuns(TraceError):
+    """Files that cannot be one run: two claim the same rank, or their headers (world size,
+    backend, run id) or their times disagree. ``path`` names the file found at odds."""
+
+    def __reduce__(self):
+        return DifferentRuns, (self.path, self.problem)
 
 
 class TraceWarning(UserWarning):

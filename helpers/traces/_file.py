@@ -56,7 +56,7 @@ class FileColumns:
     dur: np.ndarray
     text: dict[str, tuple[np.ndarray, list]]
     ranks: np.ndarray | None
-    kind: np.ndarray  # int8 codes into helpers.analysis.kinds.KIND_NAMES
+    kind: np.ndarray  # int8 codes into helpers.traces.kinds.KIND_NAMES
     step: np.ndarray  # the ProfilerStep#N each event starts in (GPU events: launched in), or -1
     # for none (the frame's <NA>)
     launch: np.ndarray  # when the CPU launched each GPU event (absolute µs); NaN otherwise

@@ -4,7 +4,7 @@
 into one frame sorted by start, column by column, letting each file's arrays go as the run's
 fill, so a big run needs little more than its frame's memory. Text columns (the lanes among
 them) become categorical columns over one list of distinct values; each event's kind
-(:mod:`helpers.analysis.kinds`) was found with its file's columns.
+(:mod:`helpers.traces.kinds`) was found with its file's columns.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pandas as pd
 from ._memory import give_back_freed_memory
 from ._columns import code_dtype
 from ._file import FileColumns
-from ..analysis.kinds import KIND_NAMES
+from .kinds import KIND_NAMES
 
 #: The text columns of every file, kept as categorical columns of the frame.
 TEXT_COLUMNS = (

@@ -38,15 +38,17 @@ import numpy as np
 import pandas as pd
 
 from . import _cache
-from ._error import NotATrace, TraceError, TraceWarning
+from ._error import DifferentRuns, NotATrace, TraceError, TraceWarning
 from ._file import FileColumns, read_file, read_files
-from ._frame import frame as _frame  # the name benchmarks/load_speed_against.py times
+from ._frame import frame
 from ._header import TraceHeader, rank_in_name
 from ..jobs.runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path
 
 __all__ = [
     "TraceError",
     "NotATrace",
+    "DifferentRuns",
+    "check_one_run",
     "TraceWarning",
     "TraceHeader",
     "Trace",
@@ -120,7 +122,7 @@ def load_trace(
     """
     part = read_file(Path(path), rank, strict, steps, single=True)
     _warn_notes([part.header])
-    return Trace(part.header, _frame([part]), part.skipped)
+    return Trace(part.header, frame([part]), part.skipped)
 
 
 def trace_files(folder: str | Path) -> list[Path]:
@@ -228,9 +230,7 @@ def load_run(
         if cache_file:
             _cache.write(cache_file, run.events, run.headers, run.skipped)
     _check_expected(run.headers, expect_ranks, folder)
-    _check_ranks(run.headers)
-    if same_run:
-        _check_same_run(run.headers)
+    check_one_run(run.headers, same_run)
     return run
 
 
@@ -264,7 +264,7 @@ def _load_files(
         )
     headers = sorted((p.header for p in parts), key=lambda h: (h.rank, h.start_us))
     _warn_notes(headers)
-    return RunTraces(_frame(parts), headers, skipped)
+    return RunTraces(frame(parts), headers, skipped)
 
 
 def _check_expected(
@@ -284,6 +284,16 @@ def _check_expected(
         )
 
 
+def check_one_run(headers: Sequence[TraceHeader], same_run: bool = True) -> None:
+    """A :class:`DifferentRuns` when the files whose ``headers`` these are cannot be one run:
+    two claim one rank (they may share it only as two windows of one process), or, with
+    ``same_run``, their world size, backend or run id disagree, or their ranks did not run at
+    the same time. The loader and a rank-by-rank summary decide it here, alike."""
+    _check_ranks(headers)
+    if same_run:
+        _check_same_run(headers)
+
+
 def _check_ranks(headers: Sequence[TraceHeader]) -> None:
     """Two files may share a rank only as two windows of one process (same pid, no overlap)."""
     by_rank: dict[int, list[TraceHeader]] = {}
@@ -293,7 +303,7 @@ def _check_ranks(headers: Sequence[TraceHeader]) -> None:
         same.sort(key=lambda h: h.start_us)
         for a, b in zip(same, same[1:]):
             if set(a.pids) != set(b.pids) or b.start_us < a.end_us:
-                raise TraceError(
+                raise DifferentRuns(
                     b.path,
                     f"claims rank {rank}, like {show_path(a.path)}; two "
                     f"files of one rank must be separate windows of one "
@@ -310,7 +320,7 @@ def _check_same_run(headers: Sequence[TraceHeader]) -> None:
         for attr in ("world_size", "backend", "run_id"):
             x, y = getattr(first, attr), getattr(h, attr)
             if x is not None and y is not None and x != y:
-                raise TraceError(
+                raise DifferentRuns(
                     h.path,
                     f"comes from a different run than {show_path(first.path)} "
                     f"({attr} {y!r} vs {x!r}); load each run's folder on "
@@ -328,7 +338,7 @@ def _check_same_run(headers: Sequence[TraceHeader]) -> None:
             early = min(spans, key=lambda r: spans[r][1])
             path = next(h.path for h in headers if h.rank == late)
             gap = (latest_start - earliest_end) / 1e6
-            raise TraceError(
+            raise DifferentRuns(
                 path,
                 f"rank {late} starts {gap:.3f} s after rank {early} has "
                 f"finished: the ranks were not running at the same time, so "

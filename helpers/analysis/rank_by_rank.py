@@ -14,8 +14,8 @@ of it its steps, its collectives and its row of time per kind, and lets the rest
 the same as from the whole run in memory (the tests compare them). Memory peaks at what the
 workers hold, about one rank's DataFrame each, plus the parts kept.
 
-Each rank's events are kept as Parquet beside its file (:func:`rank_events`), and so are the
-parts kept of them, so a second pass reads only those; other engines read the same files: ``examples/rank_by_rank_on_dask.py``
+Each rank's events are kept as Parquet beside its file
+(:func:`helpers.traces.rank_files.rank_events`), and so are the parts kept of them, so a second pass reads only those; other engines read the same files: ``examples/rank_by_rank_on_dask.py``
 hands :func:`kept_of_rank` and :func:`summary_of` to a Dask cluster, for a job whose traces are
 too many for one machine.
 """
@@ -30,21 +30,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import _cache
-from ._error import NotATrace
-from ._workers import each_in_processes, worker_failure
-from ..analysis import step_times, time_per_kind
-from ..analysis.collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
-from ..analysis.kinds import name_matches
-from ..analysis.path_by_rank import CHAIN_COLUMNS, concat_chains, path_summary_of_chains, rank_chains
 from ..jobs.runs import usable_cores
-from .export import written_by_merge
-from .load import load_trace, run_files
+from ..traces import NotATrace, TraceHeader, check_one_run, run_files
+from ..traces.export import written_by_merge
+from ..traces.kinds import name_matches
+from ..traces.rank_files import (
+    each_in_processes,
+    header_note,
+    header_of_note,
+    rank_trace,
+    read_rank_part,
+    worker_failure,
+    write_rank_part,
+)
+from .collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
+from .path_by_rank import CHAIN_COLUMNS, concat_chains, path_summary_of_chains, rank_chains
+from .steps import step_times, time_per_kind
 
 __all__ = [
     "RunSummary",
     "summarise_run",
-    "rank_events",
     "kept_of_rank",
     "kept_of_file",
     "summary_of",
@@ -56,7 +61,8 @@ class RunSummary:
     """What :func:`summarise_run` kept of a run: ``steps`` and ``collectives`` (those events of
     every rank, with every column of the loader), ``kind_ms`` (time per kind, one row per rank),
     ``chains`` (each rank's part of the critical path between its collectives), the ``files``
-    read and their ``bytes``."""
+    read and their ``bytes``, and each file's ``headers`` (as :func:`helpers.load_run` gives
+    them)."""
 
     steps: pd.DataFrame
     collectives: pd.DataFrame
@@ -64,6 +70,7 @@ class RunSummary:
     chains: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHAIN_COLUMNS))
     files: list[Path] = field(default_factory=list)
     bytes: int = 0
+    headers: list[TraceHeader] = field(default_factory=list)
 
     @property
     def ranks(self) -> list[int]:
@@ -96,21 +103,6 @@ class RunSummary:
         return path_summary_of_chains(self.chains, self.steps, self.collectives, leave_out)
 
 
-def rank_events(path: str | Path, cache: bool = True, rank: int | None = None) -> pd.DataFrame:
-    """One rank's events, as :func:`helpers.load_trace` gives them: read from the rank's
-    Parquet cache (``.cache/rank-<file>-<key>.parquet`` beside the file) while the file has not
-    changed, else decoded and, with ``cache``, kept there. Parquet is the data ecosystem's
-    columnar format: DuckDB, Polars, Dask and Spark read these files as they are."""
-    path = Path(path)
-    where = _cache.rank_cache_file(path, "events", rank) if cache else None
-    events = _cache.read_rank(where) if where is not None else None
-    if events is None:
-        events = load_trace(path, rank).events
-        if where is not None:
-            _cache.write_rank(where, events)
-    return events
-
-
 def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, ...]:
     """What the run-wide analyses need of one rank's ``events``: its steps, its collectives
     (gloo's and NCCL's CPU spans, NCCL kernels), its row of time per kind and its chains of the
@@ -124,33 +116,33 @@ def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, ...]:
 
 def kept_of_file(
     path: str | Path, cache: bool = True, rank: int | None = None
-) -> tuple[pd.DataFrame, ...] | None:
-    """:func:`kept_of_rank` of one rank's file (the rest of its events are let go); None for a
-    merged file of several ranks (``merge_traces``) and for a JSON file that is no trace (a
-    manifest), which :func:`helpers.load_run` leaves out too. With ``cache`` the parts are kept too, in one Parquet file (the steps' and the
-    collectives' rows, the row of time per kind in its metadata), so that a second pass reads
-    only that."""
+) -> tuple[Any, ...] | None:
+    """:func:`kept_of_rank` of one rank's file, and the file's header (the rest of its events
+    are let go); None for a merged file of several ranks (``merge_traces``) and for a JSON file
+    that is no trace (a manifest), which :func:`helpers.load_run` leaves out too. With
+    ``cache`` the parts are kept too, in one Parquet file (the steps' and the collectives' rows;
+    the row of time per kind and the header in its metadata), so that a second pass reads only
+    that."""
     path = Path(path)
-    where = _cache.rank_cache_file(path, "kept", rank) if cache else None
-    chains_at = _cache.rank_cache_file(path, "chains", rank) if cache else None
-    rows = _cache.read_rank(where) if where is not None else None
-    chains = _cache.read_rank(chains_at) if chains_at is not None else None
-    if rows is not None and chains is not None and "kind_ms" in rows.attrs:
+    rows = read_rank_part(path, "kept", rank) if cache else None
+    chains = read_rank_part(path, "chains", rank) if cache else None
+    if rows is not None and chains is not None and {"kind_ms", "header"} <= set(rows.attrs):
         is_step = (rows["kind"] == "step").to_numpy()
-        return rows[is_step], rows[~is_step], _kinds_of_note(rows.attrs["kind_ms"]), chains
+        kinds, header = _kinds_of_note(rows.attrs["kind_ms"]), rows.attrs["header"]
+        return rows[is_step], rows[~is_step], kinds, chains, header_of_note(header, path)
     try:
-        events = rank_events(path, cache, rank)
+        trace = rank_trace(path, cache, rank)
     except NotATrace:  # a recording's manifest, left out as load_run leaves it out
         return None
-    if events["rank"].nunique() > 1:
+    if trace.events["rank"].nunique() > 1:
         return None
-    steps, collectives, kinds, chains = kept_of_rank(events)
-    if where is not None:
+    steps, collectives, kinds, chains = kept_of_rank(trace.events)
+    if cache:
         rows = pd.concat([steps, collectives], ignore_index=True)
-        rows.attrs["kind_ms"] = kinds.to_dict(orient="split")
-        _cache.write_rank(where, rows)
-        _cache.write_rank(chains_at, chains)
-    return steps, collectives, kinds, chains
+        rows.attrs = {"kind_ms": kinds.to_dict(orient="split"), "header": header_note(trace.header)}
+        write_rank_part(path, "kept", rank, rows)
+        write_rank_part(path, "chains", rank, chains)
+    return steps, collectives, kinds, chains, trace.header
 
 
 def _kinds_of_note(note: dict) -> pd.DataFrame:
@@ -201,13 +193,19 @@ def summarise_run(
 
 
 def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunSummary:
-    """The :func:`kept_of_rank` parts of every rank (computed here, or by any engine that maps
+    """The :func:`kept_of_file` parts of every rank (computed here, or by any engine that maps
     it over the ranks, Dask's included) joined into one :class:`RunSummary`; a part that is None
-    (a merged file, see :func:`summarise_run`) is left out with its file."""
+    (a merged file, see :func:`summarise_run`) is left out with its file. The files must be of
+    one run, as :func:`helpers.load_run` checks them (:func:`helpers.traces.check_one_run`):
+    else a :class:`helpers.traces.DifferentRuns` names the file at odds."""
     files = [Path(p) for p, part in zip(files, parts) if part is not None] if files else []
     parts = [part for part in parts if part is not None]
     steps = pd.concat([p[0] for p in parts], ignore_index=True)
     collectives = pd.concat([p[1] for p in parts], ignore_index=True)
     kinds = pd.concat([p[2] for p in parts]).fillna(0.0).sort_index()
     chains = concat_chains([p[3] for p in parts if len(p) > 3])
-    return RunSummary(steps, collectives, kinds, chains, files, sum(p.stat().st_size for p in files))
+    headers = [p[4] for p in parts if len(p) > 4]
+    if headers:
+        check_one_run(headers)
+    size = sum(p.stat().st_size for p in files)
+    return RunSummary(steps, collectives, kinds, chains, files, size, headers)
