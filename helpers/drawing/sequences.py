@@ -32,9 +32,10 @@ def plot_collective_sequences(
     """Each rank's collectives in the order it called them, side by side (one column per rank,
     sequence number downwards), as Flight Recorder dumps record them.
 
-    records: a DataFrame from :func:`helpers.load_flight_records`.
-    mismatch: a :class:`helpers.hangs.Mismatch` to mark (its row gets a frame).
-    last: show this many sequence numbers, ending just after the mismatch (or at the end).
+    Args:
+        records: a DataFrame from :func:`helpers.load_flight_records`.
+        mismatch: a :class:`helpers.hangs.Mismatch` to mark (its row gets a frame).
+        last: show this many sequence numbers, ending just after the mismatch (or at the end).
     """
     ranks = sorted(records["rank"].unique())
     end = (mismatch.seq + 1) if mismatch is not None else int(records["seq"].max())

@@ -195,19 +195,20 @@ def plot_rank_timeline(
 ) -> Figure:
     """Draw the events of every rank on one time axis and return the figure.
 
-    events: a DataFrame from ``load_run(...).events`` (needs rank, lane, kind, rel_us, dur_us).
-    window: ``(start_ms, end_ms)`` on the run's axis to zoom into.
-    step: zoom to ``ProfilerStep#<step>`` (across all ranks) instead.
-    lanes: one lane per thread / GPU stream inside each rank's row. Without lanes, a rank's
-        threads share one row and communication fills its lower part, so the compute that
-        runs at the same time on another thread stays visible.
-    kinds: only these kinds (default: all but ``other``). Steps are a thin grey band at the
-        top of each row, with a dark tick where each step begins; annotations fill the upper
-        part of a row, behind the work they enclose.
-    nodes: ``{node: [ranks]}`` (``RunRecord.nodes``): rows grouped and labelled by node.
-    row_label: what a row is called on the y axis (``rank``, ``worker``, ``process``).
-    min_width_ms: draw every bar at least this wide (ms), so that events far shorter than a
-        pixel stay visible; the x axis's label says so. Default: true widths.
+    Args:
+        events: a DataFrame from ``load_run(...).events`` (needs rank, lane, kind, rel_us, dur_us).
+        window: ``(start_ms, end_ms)`` on the run's axis to zoom into.
+        step: zoom to ``ProfilerStep#<step>`` (across all ranks) instead.
+        lanes: one lane per thread / GPU stream inside each rank's row. Without lanes, a rank's
+            threads share one row and communication fills its lower part, so the compute that
+            runs at the same time on another thread stays visible.
+        kinds: only these kinds (default: all but ``other``). Steps are a thin grey band at the
+            top of each row, with a dark tick where each step begins; annotations fill the upper
+            part of a row, behind the work they enclose.
+        nodes: ``{node: [ranks]}`` (``RunRecord.nodes``): rows grouped and labelled by node.
+        row_label: what a row is called on the y axis (``rank``, ``worker``, ``process``).
+        min_width_ms: draw every bar at least this wide (ms), so that events far shorter than a
+            pixel stay visible; the x axis's label says so. Default: true widths.
     """
     if step is not None:
         window = step_window(events, step)

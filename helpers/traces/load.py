@@ -100,12 +100,13 @@ def load_trace(
 ) -> Trace:
     """Read one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
-    rank: which rank wrote it, when neither ``distributedInfo`` nor the file name says (a
-        trace that says nothing is taken as rank 0, one process: ``header.rank_source`` is
-        then ``"assumed"``).
-    strict: raise on events without a start time or with a negative duration (default), or
-        leave them out and count them.
-    steps: ``(first, last)``: only the events inside ``ProfilerStep#first`` .. ``#last``.
+    Args:
+        rank: which rank wrote it, when neither ``distributedInfo`` nor the file name says (a
+            trace that says nothing is taken as rank 0, one process: ``header.rank_source`` is
+            then ``"assumed"``).
+        strict: raise on events without a start time or with a negative duration (default), or
+            leave them out and count them.
+        steps: ``(first, last)``: only the events inside ``ProfilerStep#first`` .. ``#last``.
 
     The DataFrame has one row per complete event, sorted by start: ``rank, name, cat, kind,
     pid, tid, lane, start_us, dur_us, end_us, collective, shapes, stream, step, rel_us``
@@ -192,20 +193,21 @@ def load_run(
 ) -> RunTraces:
     """Load every rank's trace of one run into a :class:`RunTraces`.
 
-    source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``.
-    strict: raise :class:`TraceError` on the first bad file (default), or skip bad files
-        and list them in ``.skipped`` (whatever is wrong with a file, it is a TraceError). A
-        JSON file that is no trace at all (:class:`NotATrace`, a manifest) is always skipped
-        and listed; a run with no trace at all is a TraceError.
-    ranks: only these ranks (files named ``rank<N>...`` of other ranks are not even read).
-    steps: ``(first, last)``: only events inside ``ProfilerStep#first`` .. ``#last``.
-    same_run: check that the files come from one run (world size, backend, run id, times).
-    expect_ranks: ranks that must be there; a missing one raises a TraceError naming it.
-    workers: processes decoding files at once (default: one per core for big runs, else 1).
-    cache: keep the result in ``.cache/`` of a run folder and reuse it while no file changes.
-    progress: a progress bar (tqdm's: a text line on stderr, a widget in Jupyter with
-        ipywidgets): True shows it, False never; by default it appears only when the load
-        takes over 2 s, in a terminal or a notebook, and not while ``PDP_NO_PROGRESS=1``.
+    Args:
+        source: a run folder, a ``RunRecord``, a list of files, or ``{rank: file}``.
+        strict: raise :class:`TraceError` on the first bad file (default), or skip bad files
+            and list them in ``.skipped`` (whatever is wrong with a file, it is a TraceError). A
+            JSON file that is no trace at all (:class:`NotATrace`, a manifest) is always skipped
+            and listed; a run with no trace at all is a TraceError.
+        ranks: only these ranks (files named ``rank<N>...`` of other ranks are not even read).
+        steps: ``(first, last)``: only events inside ``ProfilerStep#first`` .. ``#last``.
+        same_run: check that the files come from one run (world size, backend, run id, times).
+        expect_ranks: ranks that must be there; a missing one raises a TraceError naming it.
+        workers: processes decoding files at once (default: one per core for big runs, else 1).
+        cache: keep the result in ``.cache/`` of a run folder and reuse it while no file changes.
+        progress: a progress bar (tqdm's: a text line on stderr, a widget in Jupyter with
+            ipywidgets): True shows it, False never; by default it appears only when the load
+            takes over 2 s, in a terminal or a notebook, and not while ``PDP_NO_PROGRESS=1``.
 
     ``events`` gets ``rel_us``: µs since the earliest event of the whole run.
 
