@@ -32,6 +32,25 @@ def real_traces() -> Iterator[Path]:
     assert not left, f"a test wrote into ../shared/real-traces: {left} (load with cache=False)"
 
 
+def complete_event(
+    name: str, ts: float, dur: float, *, cat: str = "cpu_op", pid=1, tid=1, **args
+) -> dict:
+    """One complete event (``"ph": "X"``) of a Kineto trace; keyword ``args`` become its
+    ``args``."""
+    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    return {**event, "args": args} if args else event
+
+
+def trace_doc(events: list[dict], rank: int = 0, world: int = 1, **info) -> dict:
+    """A Kineto trace of ``events`` from ``rank`` of a job of ``world`` ranks (``info``: more
+    of ``distributedInfo``, such as ``backend``)."""
+    return {
+        "distributedInfo": {"rank": rank, "world_size": world, **info},
+        "baseTimeNanoseconds": BASE_NS,
+        "traceEvents": events,
+    }
+
+
 def kineto_doc(
     rank: int,
     world: int = 2,

@@ -10,6 +10,7 @@ import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
 
+from conftest import complete_event, trace_doc, write_doc
 from helpers.analysis import (
     busy_ms,
     clock_offsets,
@@ -146,51 +147,20 @@ def test_top_ops_lists_the_heaviest_ops_per_rank(two_ranks):
 
 def _straggler_events(tmp_path, slow_rank: int = 1, delay_us: float = 300.0):
     """Two ranks, three steps; the slow rank reaches each all_reduce ``delay_us`` late."""
-    import json
-
     for rank in (0, 1):
-        pid = 100 + rank
-        events = []
+        pid, events = 100 + rank, []
         for step in range(3):
             t = step * 2000.0
             arrive = t + 500 + (delay_us if rank == slow_rank else 0)
             end = t + 500 + delay_us + 100  # everyone leaves together
+            annotation = {"cat": "user_annotation", "pid": pid}
             events += [
-                {
-                    "ph": "X",
-                    "cat": "user_annotation",
-                    "name": f"ProfilerStep#{step + 1}",
-                    "pid": pid,
-                    "tid": pid,
-                    "ts": t,
-                    "dur": 1900.0,
-                },
+                complete_event(f"ProfilerStep#{step + 1}", t, 1900.0, tid=pid, **annotation),
                 # two overlapping collectives on two gloo threads: waiting counts once
-                {
-                    "ph": "X",
-                    "cat": "user_annotation",
-                    "name": "gloo:all_reduce",
-                    "pid": pid,
-                    "tid": pid + 10,
-                    "ts": arrive,
-                    "dur": end - arrive,
-                },
-                {
-                    "ph": "X",
-                    "cat": "user_annotation",
-                    "name": "gloo:broadcast",
-                    "pid": pid,
-                    "tid": pid + 11,
-                    "ts": arrive,
-                    "dur": end - arrive,
-                },
+                complete_event("gloo:all_reduce", arrive, end - arrive, tid=pid + 10, **annotation),
+                complete_event("gloo:broadcast", arrive, end - arrive, tid=pid + 11, **annotation),
             ]
-        doc = {
-            "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"},
-            "baseTimeNanoseconds": 1_700_000_000_000_000_000,
-            "traceEvents": events,
-        }
-        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank, 2, backend="gloo"))
     return load_run(tmp_path, cache=False).events
 
 
@@ -312,29 +282,12 @@ def test_the_legacy_rpc_timeline_draws_the_remote_ops_on_a_node_1_row(tmp_path):
 
 
 def test_a_collapsed_row_draws_communication_low_so_overlapping_compute_shows(tmp_path, write):
-    doc = {
-        "distributedInfo": {"rank": 0, "world_size": 1},
-        "traceEvents": [
-            {
-                "ph": "X",
-                "cat": "cpu_op",
-                "name": "aten::convolution_backward",
-                "pid": 1,
-                "tid": 1,
-                "ts": 0,
-                "dur": 1000,
-            },
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": "gloo:all_reduce",
-                "pid": 1,
-                "tid": 2,
-                "ts": 200,
-                "dur": 600,
-            },
-        ],
-    }
+    doc = trace_doc(
+        [
+            complete_event("aten::convolution_backward", 0, 1000),
+            complete_event("gloo:all_reduce", 200, 600, cat="user_annotation", tid=2),
+        ]
+    )
     fig = plot_rank_timeline(load_trace(write(tmp_path / "r.json", doc)).events)
 
     ((cx0, cx1, cy0, cy1),) = _bars_at(fig, KIND_COLORS["compute"])
@@ -390,29 +343,7 @@ def test_a_minimum_width_makes_short_events_visible_and_the_axis_says_so(tmp_pat
 
 
 def test_a_widened_bar_at_the_end_stays_inside_the_axis(tmp_path, write):
-    doc = {
-        "distributedInfo": {"rank": 0, "world_size": 1},
-        "traceEvents": [
-            {
-                "ph": "X",
-                "cat": "cpu_op",
-                "name": "aten::mm",
-                "pid": 1,
-                "tid": 1,
-                "ts": 0,
-                "dur": 900,
-            },
-            {
-                "ph": "X",
-                "cat": "cpu_op",
-                "name": "aten::add",
-                "pid": 1,
-                "tid": 1,
-                "ts": 990,
-                "dur": 10,
-            },
-        ],
-    }
+    doc = trace_doc([complete_event("aten::mm", 0, 900), complete_event("aten::add", 990, 10)])
     fig = plot_rank_timeline(load_trace(write(tmp_path / "r.json", doc)).events, min_width_ms=0.1)
     assert fig.axes[0].get_xlim()[1] == pytest.approx(1.09)
 
@@ -535,10 +466,8 @@ def test_the_launch_lag_figure_shades_each_steps_gpu_work_like_the_step(write, k
 
     doc = kineto(0, backend="nccl")  # steps at 0 and 1000 µs
     doc["traceEvents"] += [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 100,
-         "ts": 20.0, "dur": 5, "args": {"correlation": 7}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
-         "ts": 1100.0, "dur": 300, "args": {"correlation": 7, "stream": 7}},
+        complete_event("cudaLaunchKernel", 20.0, 5, cat="cuda_runtime", pid=100, tid=100, correlation=7),
+        complete_event("gemm", 1100.0, 300, cat="kernel", pid=0, tid=7, correlation=7, stream=7),
     ]  # fmt: skip
     fig = plot_launch_lag(load_trace(write(tmp_path / "rank0.json", doc)).events)
     ax = fig.axes[0]
