@@ -64,10 +64,11 @@ run: install
 	@echo "Executed notebooks: build/notebooks/   HTML: build/html/"
 	@echo "Traces of every run: traces/<experiment>/<run-id>/ (manifest: run.json)"
 
-# Unit tests of helpers/, every lesson and every solution under nbval, and the analysis lessons
-# again in recorded mode.
+# Unit tests of helpers/ (the site built and driven in Chromium included), every lesson and every
+# solution under nbval, and the analysis lessons again in recorded mode; the 25 slowest tests
+# are named at the end, to show where the time goes.
 test: install lint
-	PDP_CHECKS_MUST_PASS=1 $(NBVAL) tests notebooks solutions
+	PDP_CHECKS_MUST_PASS=1 $(NBVAL) --durations=25 tests notebooks solutions
 	$(MAKE) --no-print-directory test-recorded
 
 # Style: ruff's lint and format on the code and the notebooks (seconds); a contributor's quick
