@@ -74,14 +74,21 @@ def profiling_cost(
 ) -> pd.DataFrame:
     """How many times slower each workload's steps run under each profiler setting.
 
-    workloads: ``{name: (step_fn, steps)}``: a training step and how many to time at once.
-    settings: ``{name: profile keyword arguments}``, ``None`` for no profiler (slowdown 1.0).
+    In each round, every workload is timed without the profiler and then under each setting
+    (:func:`steps_per_second`), and each setting's slowdown is the baseline's steps per second
+    over its own. On the CPU, torch runs on one thread meanwhile (its number of threads is set
+    back after).
 
-    In each of ``rounds`` rounds, every workload is timed without the profiler and then under
-    each setting (:func:`steps_per_second`), and each setting's slowdown is the baseline's
-    steps per second over its own. On the CPU, torch runs on one thread meanwhile (its number
-    of threads is set back after). Returns one row per workload and setting: ``workload,
-    setting, slowdown`` (the median over the rounds), in the order of the arguments.
+    Args:
+        workloads: ``{name: (step_fn, steps)}``: a training step and how many to time at once.
+        settings: ``{name: profile keyword arguments}``, ``None`` for no profiler (slowdown 1.0).
+        activities: the profiler's activities (CPU, and CUDA on a GPU).
+        device: ``"cpu"`` or ``"cuda"`` (see :func:`steps_per_second` for how each is timed).
+        rounds: how many rounds.
+
+    Returns:
+        One row per workload and setting: ``workload, setting, slowdown`` (the median over the
+        rounds), in the order of the arguments.
     """
     import torch
 

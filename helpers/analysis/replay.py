@@ -156,16 +156,29 @@ def what_if(
     factor: float = 0.0,
     lanes: Lanes | None = None,
 ) -> pd.Series:
-    """The step times (ms, the median over ranks; a Series indexed by step) predicted if
-    ``rank``'s events whose name matches ``name`` (a regular expression, as ``re.search``;
-    ``"^aten::mm$"`` for one op) took ``factor`` of their time: 0, by default, is no time. What
-    they enclosed goes with them.
+    """The step times predicted if some of one rank's events took a share of their time.
 
     Each rank's prediction is its measured step time less what the change saves in the replay
     (the replay with the change against the replay without it), so that what the model misses
-    (:func:`replay_error`) is not counted as a saving. ``attrs`` hold the measured step times
-    (``"measured"``) and the replay error per step (``"replay_error"``). Raises ValueError
-    when no event of ``rank`` matches."""
+    (:func:`replay_error`) is not counted as a saving. What the changed events enclosed goes
+    with them.
+
+    Args:
+        events: a run's events (``load_run(...).events``).
+        rank: the rank whose events change.
+        name: a regular expression on event names (as ``re.search``; ``"^aten::mm$"`` for one
+            op): the events of ``rank`` that change.
+        factor: the share of their time they take: 0, by default, is no time.
+        lanes: :func:`helpers.analysis.lanes.lane_intervals` of ``events``, when already made.
+
+    Returns:
+        The predicted step times in ms (the median over ranks), a Series indexed by step; its
+        ``attrs`` hold the measured step times (``"measured"``) and the replay error per step
+        (``"replay_error"``).
+
+    Raises:
+        ValueError: no event of ``rank`` matches ``name`` within its profiler steps.
+    """
     lanes = lane_intervals(events) if lanes is None else lanes
     mine = events[(events["rank"] == rank).to_numpy() & name_matches(events, name)]
     iv = lanes.intervals

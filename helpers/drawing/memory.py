@@ -22,12 +22,23 @@ def plot_memory(
     title: str | None = None,
     ylabel: str = "in use, from the\nstarting point (MiB)",
 ) -> Figure:
-    """Draw :func:`helpers.memory_over_time`'s ``mib`` against ``ms`` as steps (memory holds
-    its value until the next allocation or free), one line per rank and device (or per value of
-    a ``label`` column, which then names the lines: two runs side by side), a dashed line at
-    each of ``marks`` (``{label: ms}``) and a shaded band over each of ``spans``
-    (``{label: (start_ms, end_ms)}``), each band in a colour of its own. Marks and bands are named
-    in the legend, beside the axes, so that no label lies over the curve. Returns the figure."""
+    """Draw memory in use over time as steps (memory holds its value until the next allocation
+    or free); marks and bands are named in the legend, beside the axes, so that no label lies
+    over the curve.
+
+    Args:
+        memory: :func:`helpers.memory_over_time`'s frame (``mib`` against ``ms``): one line per
+            rank and device, or per value of a ``label`` column, which then names the lines
+            (two runs side by side).
+        marks: ``{label: ms}``: a dashed line at each.
+        spans: ``{label: (start_ms, end_ms)}``: a shaded band over each, in a colour of its own.
+        ax: the axes to draw on (default: a new figure).
+        title: the axes' title.
+        ylabel: the y axis's label.
+
+    Returns:
+        The figure.
+    """
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 2.8))
     by = ["label"] if "label" in memory.columns else ["rank", "device"]

@@ -109,12 +109,21 @@ def launch_with_a_hidden_straggler(
     delays_ms: Sequence[int] = STRAGGLER_DELAYS_MS,
     **options: Any,
 ) -> RunRecord:
-    """Launch ``script`` (lesson 3's ``train_ddp.py``, or lesson 10's ``train_fsdp.py``, which
-    takes the same flags) with ``args`` and one rank slowed down: its batches take longer to
-    load by one of ``delays_ms`` (:data:`STRAGGLER_DELAYS_MS`); the rank and the delay are chosen at random
-    (``--slow-rank`` and ``--delay-ms``, kept in the run's manifest for the check).
-    The run's experiment is always ``hidden-straggler``; ``options`` go to
-    :func:`helpers.launch` (``echo``, ``timeout``...)."""
+    """Launch a training script with one rank slowed down: its batches take longer to load.
+    The rank and the delay are chosen at random (``--slow-rank`` and ``--delay-ms``, kept in the
+    run's manifest for the check); the run's experiment is always ``hidden-straggler``.
+
+    Args:
+        nproc: ranks.
+        args: the script's own arguments (the lesson's ``common``).
+        seed: make the choice repeatable (the tests'); without it, new every time.
+        script: lesson 3's ``train_ddp.py``, or lesson 10's ``train_fsdp.py`` (the same flags).
+        delays_ms: the delays to choose from, ms per batch (:data:`STRAGGLER_DELAYS_MS`).
+        **options: for :func:`helpers.launch` (``echo``, ``timeout``...).
+
+    Returns:
+        The run's :class:`helpers.RunRecord`.
+    """
     chooser = _chooser(seed)
     hidden = [
         "--slow-rank",
@@ -134,11 +143,21 @@ def launch_with_a_hidden_slowdown(
     delay_ms: float = 150.0,
     **options: Any,
 ) -> RunRecord:
-    """Launch lesson 3's ``train_ddp.py`` with ``args`` and one rank slowed by ``delay_ms`` per
-    step in one part of its step: loading its batch, its backward through ``layer3`` or its
-    optimizer step (``--slow-part``); the rank and the part are chosen at random and kept in
-    the run's manifest for the check. The run's experiment is always ``hidden-slowdown``;
-    ``options`` go to :func:`helpers.launch`."""
+    """Launch lesson 3's ``train_ddp.py`` with one rank slowed in one part of its step: loading
+    its batch, its backward through ``layer3`` or its optimizer step (``--slow-part``). The rank
+    and the part are chosen at random and kept in the run's manifest for the check; the run's
+    experiment is always ``hidden-slowdown``.
+
+    Args:
+        nproc: ranks.
+        args: the script's own arguments (the lesson's ``common``).
+        seed: make the choice repeatable (the tests'); without it, new every time.
+        delay_ms: how much longer the slowed part takes, ms per step.
+        **options: for :func:`helpers.launch`.
+
+    Returns:
+        The run's :class:`helpers.RunRecord`.
+    """
     chooser = _chooser(seed)
     hidden = [
         "--slow-rank", str(chooser.randrange(nproc)),
