@@ -208,7 +208,9 @@ def judge_hidden_straggler(
     if whole(answer["straggler"]) != slow_rank:
         return False, (
             "not that rank: the straggler is the rank that waits least in collectives, "
-            "everyone is already there when it arrives (find_straggler)"
+            "everyone is already there when it arrives (find_straggler); on a busy machine the "
+            "waits later in a step swing either way, so count the step's first collectives "
+            "(find_straggler's names=), where a late batch shows, or see whose data loading grew"
         )
     said = number(answer["delay_ms"])
     if said is not None and close(said * 1000, delay_ms, *DELAY_TOLERANCE):
