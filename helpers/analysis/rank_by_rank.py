@@ -14,10 +14,10 @@ of it its steps, its collectives and its row of time per kind, and lets the rest
 the same as from the whole run in memory (the tests compare them). Memory peaks at what the
 workers hold, about one rank's DataFrame each, plus the parts kept.
 
-Each rank's events are kept as Parquet beside its file
-(:func:`helpers.traces.rank_files.rank_events`), and so are the parts kept of them, so a second pass reads only those; other engines read the same files: ``examples/rank_by_rank_on_dask.py``
-hands :func:`kept_of_rank` and :func:`summary_of` to a Dask cluster, for a job whose traces are
-too many for one machine.
+Each rank's events are kept as Parquet beside its file (:func:`helpers.traces.rank_events`), and
+so are the parts kept of them, so a second pass reads only those; other engines read the same
+files: ``examples/rank_by_rank_on_dask.py`` hands :func:`kept_of_file` and :func:`summary_of` to
+a Dask cluster, for a job whose traces are too many for one machine.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def summarise_run(
             recording's manifest).
         workers: processes reading files at once (default: the usable cores, each holding one
             rank's DataFrame at a time).
-        cache: keep each rank's events (:func:`rank_events`) and the parts of them kept
+        cache: keep each rank's events (:func:`helpers.traces.rank_events`) and the parts of them kept
             (:func:`kept_of_file`) as Parquet, so that a second pass reads only the parts.
         progress: tqdm's bar (default: only when the work takes over 2 s and someone watches).
 

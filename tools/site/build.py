@@ -88,14 +88,14 @@ def headings(markdown: str) -> set[str]:
     }
 
 
-def to_readme_pages(markdown: str, project: str) -> str:
+def to_readme_pages(markdown: str, project_anchors: set[str]) -> str:
     """``markdown`` with its links to the README pointed at the page that now holds their anchor:
-    ``project.md`` where the anchor is a heading of ``project`` (the README's second part), else
-    the home page."""
+    ``project.md`` where the anchor is one of ``project_anchors`` (the headings of the README's
+    second part), else the home page."""
 
     def repoint(match: re.Match[str]) -> str:
         up, anchor = match.group(1), match.group(2) or ""
-        page = "project.md" if anchor and anchor[1:] in headings(project) else "index.md"
+        page = "project.md" if anchor and anchor[1:] in project_anchors else "index.md"
         return f"]({up}{page}{anchor})"
 
     return README_LINK.sub(repoint, markdown)
@@ -146,7 +146,7 @@ def stage(folder: Path) -> None:
     """Copy the site's pages into ``folder``, with the repository's layout, and the other files
     they link to."""
     head, project = readme_parts()
-    links = functools.partial(to_readme_pages, project=project)
+    links = functools.partial(to_readme_pages, project_anchors=headings(project))
     (folder / "index.md").write_text(links(home_page(head)))
     (folder / "project.md").write_text(links(project))
     for page in [*GUIDES, "CONTRIBUTING.md"]:
