@@ -148,6 +148,25 @@ def test_two_ranks_of_a_128_rank_gpu_job_say_who_is_missing_and_that_neither_sta
     assert (gpu["launch to start (ms, median)"] > 0).all()
 
 
+def test_a_gpu_report_decides_once_which_events_are_the_collectives(monkeypatch):
+    import helpers.analysis.collectives as collectives
+    import helpers.report.build as build
+
+    decided = []
+
+    def counted(events):
+        decided.append(len(events))
+        return collectives.CollectiveSource(collectives.NCCL_KERNELS, "counted")
+
+    monkeypatch.setattr(collectives, "collective_source", counted)  # what the sections call
+    monkeypatch.setattr(build, "collective_source", counted)
+
+    report = build_report(TWO_OF_128)
+
+    assert "The GPU" in [s.title for s in report.sections]
+    assert len(decided) == 1
+
+
 MESH_STRAGGLER = REPO / "tests" / "data" / "mesh-straggler"  # 2x2 tp x dp, rank 3 late in tp
 PER_GROUP = "Waiting per process group"
 

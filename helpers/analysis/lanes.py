@@ -78,10 +78,11 @@ class Lanes:
     keys: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
-def lane_intervals(events: pd.DataFrame, alone: bool = False) -> Lanes:
+def lane_intervals(events: pd.DataFrame, alone: bool = False, names: str | None = None) -> Lanes:
     """Every lane of ``events`` (``load_run(...).events``) cut into intervals, each with the rule
     that ends it (see the module). ``alone``: ``events`` are one rank's, read on their own (a run
-    read rank by rank): each of its collectives is an instance of its own. Raises ValueError
+    read rank by rank): each of its collectives is an instance of its own. ``names``: the
+    collectives' names (default: :func:`helpers.collective_source`'s choice). Raises ValueError
     without ``ProfilerStep#N`` events."""
     steps = events[(events["kind"] == "step").to_numpy()].dropna(subset=["step"])
     if steps.empty:
@@ -96,10 +97,10 @@ def lane_intervals(events: pd.DataFrame, alone: bool = False) -> Lanes:
     if alone:
         with warnings.catch_warnings():  # said once by the run's own collective_waits
             warnings.simplefilter("ignore", UserWarning)
-            matched = matched_collectives(events, None)
+            matched = matched_collectives(events, names)
     else:
         matched = (
-            collectives_with_waits(events, None)
+            collectives_with_waits(events, names)
             if events["rank"].nunique() > 1
             else events.iloc[:0]
         )

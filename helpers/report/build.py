@@ -12,11 +12,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
 from ..analysis import (
     RunSummary,
+    collective_source,
     fsdp_phases,
     step_times,
     summarise_run,
@@ -57,6 +59,12 @@ __all__ = ["WHOLE_LIMIT_MB", "Report", "ReportError", "build_report", "trace_pat
 #: read one rank at a time.
 WHOLE_LIMIT_MB = 1024
 CAUTIONS = "What the traces cannot tell"
+#: How the traces were read, and how the glance says it.
+ReadMode = Literal["whole", "rank by rank"]
+_READ_SAID: dict[ReadMode, str] = {
+    "whole": "whole, in memory",
+    "rank by rank": "rank by rank (too large to load whole)",
+}
 
 
 class ReportError(ValueError):
@@ -74,7 +82,7 @@ class Report:
     glance: dict[str, str]
     sections: list[Section]
     skipped: list[tuple[str, str]] = field(default_factory=list)
-    read: str = "whole"
+    read: ReadMode = "whole"
     ranks: list[int] = field(default_factory=list)
     merged: Path | None = None
 
@@ -165,7 +173,6 @@ class _Read:
     backends: list[str]
     gpu_without_launch: int = 0
     skipped: list[tuple[Path, str]] = field(default_factory=list)
-    whole: bool = True
     summary: RunSummary | None = None  # read rank by rank: what was kept of each rank
     read: list[Path] = field(default_factory=list)  # the trace files whose events are here
     merged: Path | None = None  # the trace written for Perfetto, when asked for
@@ -243,12 +250,14 @@ def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None)
             skipped.append((err.path, err.problem))
     events = pd.concat([summary.steps, summary.collectives], ignore_index=True)
     facts = _header_facts(summary.headers)
-    return _Read(events, summary.kind_ms, **facts, skipped=skipped, whole=False, summary=summary, read=summary.files)  # fmt: skip
+    return _Read(events, summary.kind_ms, **facts, skipped=skipped, summary=summary, read=summary.files)  # fmt: skip
 
 
 def _assemble(source: str, read: _Read, caught: list) -> Report:
     """The report from what was read: the glance, then the sections in reading order."""
     events = read.events
+    mode: ReadMode = "whole" if read.summary is None else "rank by rank"
+    whole = mode == "whole"
     ranks = sorted(int(r) for r in events["rank"].unique())
     steps = events[events["kind"] == "step"]
     has_steps = not steps.empty
@@ -257,25 +266,30 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
     glance["device"] = "GPU (CUDA kernels in the traces)" if gpu else "CPU (no GPU kernels)"
     glance["steps"] = _steps_text(steps)
     glance["time covered"] = f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s"
-    glance["read"] = "whole, in memory" if read.whole else "rank by rank (too large to load whole)"
+    glance["read"] = _READ_SAID[mode]
     times = step_times(events) if has_steps else None
-    waiting, step_ms = median_waiting(events, has_steps), median_step(times)
+    names = collective_source(events).pattern  # decided once: every section reads the same
+    waiting, step_ms = median_waiting(events, has_steps, names), median_step(times)
     missing = len(missing_ranks(ranks, read.world))
     held = []
-    if has_steps and read.whole:
-        held = [held_section(events, lane_intervals(events), times)]
+    if has_steps and whole:
+        held = [held_section(events, lane_intervals(events, names=names), times, names)]
     elif has_steps and read.summary is not None and not read.summary.chains.empty:
-        held = [s for s in [held_section_of_summary(read.summary, events, times)] if s is not None]
+        held = [
+            s
+            for s in [held_section_of_summary(read.summary, events, times, names)]
+            if s is not None
+        ]
     sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
-    if read.whole and events["process_group"].nunique() > 1:
+    if whole and events["process_group"].nunique() > 1:
         try:
-            sections.append(groups_section(waiting_per_group(events)))
+            sections.append(groups_section(waiting_per_group(events, names)))
         except ValueError:  # no collective inside a step names its group
             pass
-    if gpu and read.whole:
-        sections.append(gpu_section(events))
-    phases = fsdp_phases(events) if has_steps and read.whole else pd.DataFrame()
+    if gpu and whole:
+        sections.append(gpu_section(events, names))
+    phases = fsdp_phases(events) if has_steps and whole else pd.DataFrame()
     if not phases.empty:
         sections.append(phases_section(phases))
     facts = Facts(
@@ -288,10 +302,9 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
         notes=_notes(caught),
         waiting=waiting,
         step_ms=step_ms,
-        rank_by_rank=not read.whole,
+        rank_by_rank=not whole,
     )
     caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
-    mode = "whole" if read.whole else "rank by rank"
     return Report(source, glance, [*held, caution, *sections], facts.skipped, mode, ranks, read.merged)  # fmt: skip
 
 

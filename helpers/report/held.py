@@ -24,9 +24,12 @@ FIGURE_RANKS = 6
 _NOT_REMOVABLE = ("untraced", "communication", "launch", "wake-up", "queue")
 
 
-def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Section:
-    """The section, from a run's ``events``, their lanes (:func:`helpers.analysis.lanes.lane_intervals`)
-    and their step times (:func:`helpers.step_times`)."""
+def held_section(
+    events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame, names: str | None = None
+) -> Section:
+    """The section, from a run's ``events``, their lanes (:func:`helpers.analysis.lanes.lane_intervals`),
+    their step times (:func:`helpers.step_times`) and the collectives' ``names`` (default:
+    :func:`helpers.collective_source`'s choice)."""
     path = path_of(lanes, events)
     per_step = times.median(axis=1)
     median_ms = float(per_step.median())
@@ -35,19 +38,20 @@ def held_section(events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame) -> Sec
     text = [_most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next."]
     text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
     text += _long_steps(per_step, path)
-    text += _unmatched(events)
+    text += _unmatched(events, names)
     step = int((per_step - median_ms).abs().idxmin())
     figure, alt = _figure(events, path, step)
     return Section(HELD, "\n".join(t for t in text if t), _table(ops), figure, alt)
 
 
 def held_section_of_summary(
-    summary: RunSummary, events: pd.DataFrame, times: pd.DataFrame
+    summary: RunSummary, events: pd.DataFrame, times: pd.DataFrame, names: str | None = None
 ) -> Section | None:
     """The section of a run read rank by rank (``summary``, :func:`helpers.summarise_run`'s;
-    ``events``, the steps and collectives it kept): the path strung together from each rank's
-    chains, the long steps, the collectives that do not match; without the figure and the
-    what-if, which need every event of the ranks at once. None when no path could be strung."""
+    ``events``, the steps and collectives it kept; ``names``, the collectives'): the path
+    strung together from each rank's chains, the long steps, the collectives that do not
+    match; without the figure and the what-if, which need every event of the ranks at once.
+    None when no path could be strung."""
     per_step = times.median(axis=1)
     long = _long(per_step)
     ops = summary.path_summary(leave_out=long)
@@ -60,7 +64,7 @@ def held_section_of_summary(
         "the table names."
     ]
     text += _long_steps(per_step, None)
-    text += _unmatched(events)
+    text += _unmatched(events, names)
     return Section(HELD, "\n".join(text), _table(ops))
 
 
@@ -137,9 +141,9 @@ def _long_steps(per_step: pd.Series, path: pd.DataFrame | None) -> list[str]:
     return said
 
 
-def _unmatched(events: pd.DataFrame) -> list[str]:
-    """A sentence on the collectives that some rank never joined."""
-    lonely = unmatched_collectives(events)
+def _unmatched(events: pd.DataFrame, names: str | None = None) -> list[str]:
+    """A sentence on the collectives (``names``) that some rank never joined."""
+    lonely = unmatched_collectives(events, names)
     if lonely.empty:
         return []
     calls = "; ".join(

@@ -83,12 +83,15 @@ def median_step(times: pd.DataFrame | None) -> float | None:
     return float(times.median().median()) if times is not None else None
 
 
-def median_waiting(events: pd.DataFrame, has_steps: bool) -> pd.Series | None:
-    """Median ms per step each rank waited in collectives; None when that cannot be read."""
+def median_waiting(
+    events: pd.DataFrame, has_steps: bool, names: str | None = None
+) -> pd.Series | None:
+    """Median ms per step each rank waited in collectives (``names``, default
+    :func:`helpers.collective_source`'s choice); None when that cannot be read."""
     if not has_steps or events["rank"].nunique() < 2:
         return None
     try:
-        waiting = waiting_per_step(events)
+        waiting = waiting_per_step(events, names)
     except ValueError:
         return None
     return waiting.median() if not waiting.empty else None
@@ -232,22 +235,23 @@ def _listed(ranks) -> str:
     return ranks[0] if len(ranks) == 1 else f"{', '.join(ranks[:-1])} and {ranks[-1]}"
 
 
-def gpu_section(events: pd.DataFrame) -> Section:
-    """The GPU per rank, from a run's events: launch-to-start lag, the share of NCCL kernel time
-    hidden under other kernels, the busiest stream's idle share (medians over the steps), and
-    the best median bus bandwidth where message sizes were recorded. A table, no figure."""
+def gpu_section(events: pd.DataFrame, names: str | None = None) -> Section:
+    """The GPU per rank, from a run's events: launch-to-start lag, the share of the collectives'
+    (``names``, default: NCCL kernels) time hidden under other kernels, the busiest stream's
+    idle share (medians over the steps), and the best median bus bandwidth where message sizes
+    were recorded. A table, no figure."""
     title = "The GPU"
     work = events[events["kind"].isin(GPU_WORK_KINDS) & events["launch_us"].notna()]
     lag = ((work["start_us"] - work["launch_us"]) / 1e3).groupby(work["rank"]).median()
     table = pd.DataFrame({"launch to start (ms, median)": lag})
-    overlap = communication_overlap(events)
+    overlap = communication_overlap(events, names)
     if not overlap.empty:
         table["communication hidden (share)"] = overlap.groupby("rank")["overlap"].median()
     idle = gpu_idle_time(events)
     if not idle.empty:
         busiest = idle.groupby(["rank", "step"])["idle_fraction"].min()
         table["busiest stream idle (share)"] = busiest.groupby("rank").median()
-    bandwidth = collective_bandwidth(events)
+    bandwidth = collective_bandwidth(events, names)
     text = (
         "Per rank: how long GPU work waited after its launch (long: work queues up behind "
         "earlier work, the CPU runs ahead; near zero: the GPU waits for the CPU's launches), how much of "
