@@ -9,6 +9,7 @@ import from ``helpers`` today is still importable from ``helpers`` itself.
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -232,3 +233,38 @@ def test_the_one_import_surface_is_the_union_of_the_rooms():
     rooms = [n for r in ROOMS if r not in COMMANDS for n in getattr(helpers, r).__all__]
     assert sorted(helpers.__all__) == sorted(rooms)
     assert len(set(helpers.__all__)) == len(helpers.__all__), "a name exported by two rooms"
+
+
+def undocumented_parameters(function) -> list[str]:
+    """The parameters of ``function`` that its docstring's ``Args:`` does not give one by one
+    (``name:`` at the start of a line); all of them when it has no ``Args:``."""
+    doc = inspect.getdoc(function) or ""
+    args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    named = [p.name for p in inspect.signature(function).parameters.values()]
+    return [n for n in named if not re.search(rf"^\s+\**{n}:", args, re.MULTILINE)]
+
+
+#: The functions ``helpers`` exports that take more than three parameters.
+MANY_PARAMETERS = [
+    name
+    for name in sorted(helpers.__all__)
+    if inspect.isfunction(f := getattr(helpers, name)) and len(inspect.signature(f).parameters) > 3
+]
+
+
+@pytest.mark.parametrize("name", MANY_PARAMETERS)
+def test_every_exported_function_of_more_than_three_parameters_gives_each_under_args(name):
+    assert undocumented_parameters(getattr(helpers, name)) == []
+
+
+def test_a_parameter_missing_from_args_is_found():
+    def documented(a, b, *, c, **options):
+        """A function.
+
+        Args:
+            a: one.
+            b: two.
+            **options: the rest.
+        """
+
+    assert undocumented_parameters(documented) == ["c"]

@@ -45,12 +45,22 @@ def plot_critical_path(
     ax: plt.Axes | None = None,
 ) -> Figure:
     """``ProfilerStep#step`` of every rank, a lane per thread or GPU stream
-    (:func:`plot_rank_timeline`), with the step's critical path (:func:`helpers.critical_path`)
-    drawn over it: a thick black line under each lane while the path is on it (dotted where the
-    lane waited to be started or woken, or had no event, for a hundredth of the step or more),
-    joined where it moves between lanes,
-    and a white-edged diamond where it moves to another rank; the legend names only the marks
-    drawn. Returns the figure."""
+    (:func:`plot_rank_timeline`), with the step's critical path drawn over it: a thick black
+    line under each lane while the path is on it (dotted where the lane waited to be started or
+    woken, or had no event, for a hundredth of the step or more), joined where it moves between
+    lanes, and a white-edged diamond where it moves to another rank; the legend names only the
+    marks drawn.
+
+    Args:
+        events: the run's events (``load_run(...).events``).
+        path: the run's critical path (:func:`helpers.critical_path`).
+        step: the step to draw (a ValueError if the path has no segment in it).
+        title: the axes' title (default: none).
+        ax: the axes to draw into (default: a new figure).
+
+    Returns:
+        The figure.
+    """
     mine = path[path["step"] == step].sort_values("start_us")
     if mine.empty:
         raise ValueError(f"step={step}: the path has no segment in that step; its steps: {sorted(path['step'].unique())}")  # fmt: skip
@@ -77,15 +87,19 @@ def plot_critical_path(
         if ranks[i] != ranks[i - 1]:
             ax.plot([x0[i]], [y[i]], marker="D", markersize=7, color=PATH_COLOUR,
                     markeredgecolor="white", zorder=6)  # fmt: skip
-    handles, labels = ax.get_legend_handles_labels()
+    _legend_with_path(ax, dotted.any(), bool((ranks[1:] != ranks[:-1]).any()))
+    return fig
+
+
+def _legend_with_path(ax: plt.Axes, dotted: bool, changes_rank: bool) -> None:
+    """The timeline's legend of kinds, then the path's marks that were drawn."""
     legend = ax.get_legend()
     kinds = [(h, t.get_text()) for h, t in zip(legend.legend_handles, legend.get_texts())]
     extra = [(Line2D([], [], color=PATH_COLOUR, linewidth=2.2), "critical path")]
-    if dotted.any():
+    if dotted:
         extra.append((Line2D([], [], color=PATH_COLOUR, linewidth=2.2, linestyle=":"), "path: waiting to start"))  # fmt: skip
-    if (ranks[1:] != ranks[:-1]).any():
+    if changes_rank:
         extra.append((Line2D([], [], color=PATH_COLOUR, marker="D", linestyle="", markeredgecolor="white"), "path changes rank"))  # fmt: skip
     items = kinds + extra
     ax.legend([h for h, _ in items], [t for _, t in items], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)  # fmt: skip
-    return fig

@@ -36,6 +36,10 @@ def plot_collective_sequences(
         records: a DataFrame from :func:`helpers.load_flight_records`.
         mismatch: a :class:`helpers.hangs.Mismatch` to mark (its row gets a frame).
         last: show this many sequence numbers, ending just after the mismatch (or at the end).
+        title: the axes' title (default: none).
+
+    Returns:
+        The figure.
     """
     ranks = sorted(records["rank"].unique())
     end = (mismatch.seq + 1) if mismatch is not None else int(records["seq"].max())

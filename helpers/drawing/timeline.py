@@ -209,18 +209,17 @@ def plot_rank_timeline(
         row_label: what a row is called on the y axis (``rank``, ``worker``, ``process``).
         min_width_ms: draw every bar at least this wide (ms), so that events far shorter than a
             pixel stay visible; the x axis's label says so. Default: true widths.
+        title: the axes' title (default: none).
+        ax: the axes to draw into (default: a new figure).
     """
     if step is not None:
         window = step_window(events, step)
     shown = list(kinds) if kinds else [k for k in KIND_NAMES if k != "other"]
-    drawable = events[events["kind"].isin(shown)]
-    ev = drawable
+    ev = drawable = events[events["kind"].isin(shown)]
     if window is not None:
         lo, hi = window[0] * 1e3, window[1] * 1e3
         ev = ev[(ev["rel_us"] + ev["dur_us"] >= lo) & (ev["rel_us"] <= hi)]
-    rows, ticks, labels, height, node_breaks = timeline_rows(
-        events, drawable, lanes, nodes, row_label
-    )
+    rows, ticks, labels, height, breaks = timeline_rows(events, drawable, lanes, nodes, row_label)
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 0.9 + 0.42 * height))
     if len(ev):
@@ -230,7 +229,7 @@ def plot_rank_timeline(
             else float((ev["rel_us"] + ev["dur_us"]).max() - ev["rel_us"].min()) / 1e3
         )
         _draw(ax, ev, rows, lanes, shown, span, min_width_ms)
-    _frame_rows(ax, ev, node_breaks)
+    _frame_rows(ax, ev, breaks)
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.set_ylim(height, -0.3)
     _time_axis(ax, ev, window, min_width_ms)
@@ -267,11 +266,19 @@ def plot_timelines(
     pad_ms: float = 5.0,
     **options,
 ) -> Figure:
-    """Several timelines one above the other (one per entry of ``panels``, its key the title)
-    and return the figure. With ``window`` every panel shows that span of the run's axis;
-    without, each shows its own events from ``pad_ms`` before the first, and every panel
-    spans the same length of time, so that equal widths are equal times. ``options`` go to
-    :func:`plot_rank_timeline` (``lanes``, ``kinds``, ``nodes``, ``row_label``...)."""
+    """Several timelines one above the other, so that equal widths are equal times.
+
+    Args:
+        panels: the events of each timeline, under its title, top to bottom.
+        window: the span of the run's axis (ms) every panel shows; without it, each panel
+            shows its own events from ``pad_ms`` before the first, every panel as long.
+        pad_ms: the margin before each panel's first event, without ``window``.
+        **options: for :func:`plot_rank_timeline` (``lanes``, ``kinds``, ``nodes``,
+            ``row_label``...).
+
+    Returns:
+        The figure.
+    """
     starts = {t: float(e["rel_us"].min()) / 1e3 - pad_ms for t, e in panels.items()}
     ends = {t: float((e["rel_us"] + e["dur_us"]).max()) / 1e3 for t, e in panels.items()}
     span = max(ends[t] - starts[t] for t in panels) + 2 * pad_ms

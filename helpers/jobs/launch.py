@@ -294,44 +294,42 @@ def launch(
     interface: str | None = None,
     netns: Sequence[tuple[str, str]] = (),
 ) -> RunRecord:
-    """Run ``script`` under torchrun (``python -m torch.distributed.run``); return its RunRecord.
+    """Run ``script`` under torchrun (``python -m torch.distributed.run``) until it ends.
 
-    nproc: ranks per node (default: one per GPU on a GPU node, else 2). experiment: the folder
-    under ``traces/`` (default: the script's name). args: the script's arguments. timeout:
-    seconds before the whole run is killed (:class:`RunTimedOut`). echo: print each rank's
-    lines live, prefixed ``[rankN]``. nnodes: nodes, each a torchrun agent of its own that
-    meets the others through the c10d rendezvous as on a cluster, with its own folder
-    ``node<N>/`` as its ``RUN_DIR``; start_nodes: start only that many (the run then ends in
-    :class:`RendezvousTimedOut` after ``rdzv_timeout`` s). cpu: CPU and gloo even with GPUs.
-    env: extra environment variables for the ranks (over the launcher's own). traces_root:
-    instead of ``traces/``.
+    Args:
+        script: the script to run (it must exist).
+        nproc: ranks per node (default: one per GPU on a GPU node, else 2).
+        experiment: the run's folder under ``traces/`` (default: the script's name).
+        args: the script's arguments.
+        timeout: seconds before the whole run is killed (:class:`RunTimedOut`).
+        echo: print each rank's lines live, prefixed ``[rankN]``.
+        nnodes: nodes, each a torchrun agent of its own, with its own folder ``node<N>/`` as
+            its ``RUN_DIR``, that meets the others through the c10d rendezvous as on a cluster.
+        start_nodes: start only that many of the nodes (default: all); the run then ends in
+            :class:`RendezvousTimedOut`.
+        rdzv_timeout: seconds the nodes wait for each other at the rendezvous.
+        cpu: CPU and gloo even with GPUs.
+        env: extra environment variables for the ranks (over the launcher's own).
+        traces_root: the folder to use instead of ``traces/``.
+        interface: where every listener of the run binds and the ranks connect (see the
+            module): by default the loopback interface, so that nothing of a run on one
+            machine can be reached from another; name the one that joins the nodes
+            (``eth0``) when they are separate hosts.
+        netns: ``(namespace, address)`` per node, each agent in its own network namespace
+            (Linux, root), so that traffic between nodes crosses a real interface
+            (``interface`` is then required, and names the interface inside them).
 
-    interface: the network interface where every listener of the run binds and where the ranks
-    connect: torchrun's two stores, gloo, TensorPipe (RPC), NCCL's bootstrap. By default the
-    loopback interface, so that nothing of a run on one machine can be reached from another;
-    name the interface that joins the nodes (``eth0``) when they are separate hosts.
-    netns: ``(namespace, address)`` per node, each agent in its own network namespace
-    (Linux, root), so that traffic between nodes crosses a real interface (``interface``,
-    which then names the interface inside the namespaces, is required).
+    Returns:
+        The run's :class:`RunRecord` (its ``run.json`` is written whatever happens). In
+        recorded mode, the matching recorded run, replayed.
 
-    Raises :class:`RankFailed` (naming the rank, its exit code and last lines),
-    :class:`RunTimedOut`, :class:`RendezvousTimedOut` or :class:`RunInterrupted`: no process
-    of the run survives them, nor the death of the calling process. ``run.json`` is written
-    in every case. In recorded mode the matching recorded run is replayed instead.
+    Raises:
+        RankFailed: a rank failed (the error names it, its exit code and last lines).
+        RunTimedOut, RendezvousTimedOut, RunInterrupted: no process of the run survives
+            them, nor the death of the calling process.
     """
     start_nodes = nnodes if start_nodes is None else start_nodes
-    options = _Options(
-        experiment,
-        args,
-        echo,
-        env,
-        traces_root,
-        interface,
-        nnodes,
-        start_nodes,
-        rdzv_timeout,
-        netns,
-    )
+    options = _Options(experiment, args, echo, env, traces_root, interface, nnodes, start_nodes, rdzv_timeout, netns)  # fmt: skip
     script, nproc, device = _script_and_ranks(script, nproc, cpu)
     if recorded.replaying():
         return _replay(script, nproc, options)
@@ -366,16 +364,29 @@ def launch_in_background(
     traces_root: str | Path | None = None,
     interface: str | None = None,
 ) -> BackgroundRun:
-    """Start ``script`` under torchrun like :func:`launch`, but return at once: a
-    :class:`BackgroundRun` to look at the run while it goes (its folder, its ranks' output),
-    then ``wait()`` for its end or ``stop()`` it.
+    """Start ``script`` under torchrun like :func:`launch` (one node), but return at once.
 
-    The arguments are :func:`launch`'s (one node). ``echo`` is off by default: the run's lines
-    are kept (``output()``) rather than printed into whichever cell runs at that moment.
     Every guarantee of :func:`launch` holds: the run's errors are raised by ``wait()``; no
     process of the run outlives ``stop()``, the timeout, or the process that started it (a
-    notebook kernel restarted or killed included). In recorded mode the recording is
-    replayed: the handle is already finished, with the recorded files and output.
+    notebook kernel restarted or killed included).
+
+    Args:
+        script: the script to run (it must exist).
+        nproc: ranks (default: one per GPU on a GPU node, else 2).
+        experiment: the run's folder under ``traces/`` (default: the script's name).
+        args: the script's arguments.
+        timeout: seconds before the whole run is killed.
+        echo: print each rank's lines live; off by default, the lines are kept
+            (``output()``) rather than printed into whichever cell runs at that moment.
+        cpu: CPU and gloo even with GPUs.
+        env: extra environment variables for the ranks.
+        traces_root: the folder to use instead of ``traces/``.
+        interface: where the run's listeners bind (default: loopback; see :func:`launch`).
+
+    Returns:
+        A :class:`BackgroundRun` to look at the run while it goes (its folder, its ranks'
+        output), then ``wait()`` for its end or ``stop()`` it. In recorded mode the recording
+        is replayed: the handle is already finished, with the recorded files and output.
     """
     options = _Options(experiment, args, echo, env, traces_root, interface)
     script, nproc, device = _script_and_ranks(script, nproc, cpu)

@@ -209,7 +209,25 @@ def replay(
     traces_root: str | Path | None,
 ) -> RunRecord:
     """Answer a launch with its recording: a new run folder with the recorded files; the
-    recorded output printed; the recorded error raised if the run failed."""
+    recorded output printed; the recorded error raised if the run failed.
+
+    Args:
+        script: the launched script; its name, with the next five, picks the recording.
+        nproc: ranks per node.
+        experiment: the run's folder under ``traces/``.
+        args: the script's arguments.
+        nnodes: nodes.
+        start_nodes: nodes started.
+        echo: print the recorded output as the run printed it.
+        traces_root: the folder to use instead of ``traces/`` (None: ``traces/``).
+
+    Returns:
+        The replayed run's :class:`RunRecord`, in its new folder.
+
+    Raises:
+        RecordingMissing: no recording of this launch; RecordingDamaged: one that cannot
+        be replayed; else the recorded run's own error (:class:`RankFailed`...).
+    """
     source = _find(_key(script.name, experiment, nproc, nnodes, start_nodes, args))
     saved = json.loads((source / RECORDING_NAME).read_text())
     files = [_inside_run(rel, source) for rel in saved["files"]]

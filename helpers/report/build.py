@@ -102,12 +102,24 @@ def build_report(
     progress: bool | None = None,
     merged: str | Path | None = None,
 ) -> Report:
-    """The report of the run whose per-rank traces are ``traces`` (a folder, searched below
-    too, as several nodes' folders are; files or patterns such as ``run/rank*.json.gz``; or
-    one merged file of several ranks).
-    ``skip_bad``: leave out files that cannot be read, and list them, instead of stopping at
-    the first. ``merged``: also write every rank into this one trace for Perfetto, from the
-    same read. Raises :class:`ReportError` for input it cannot use."""
+    """The report of one run, from its per-rank traces.
+
+    Args:
+        traces: a folder (searched below too, as several nodes' folders are), files or
+            patterns such as ``run/rank*.json.gz``, or one merged file of several ranks.
+        skip_bad: leave out files that cannot be read, and list them, instead of stopping at
+            the first.
+        whole_limit_mb: traces larger than this in all (MB of JSON, a gzip file counted at 8
+            times its size) are read one rank at a time.
+        progress: tqdm's bar (default: only when the work takes over 2 s and someone watches).
+        merged: also write every rank into this one trace for Perfetto, from the same read.
+
+    Returns:
+        The :class:`Report`.
+
+    Raises:
+        ReportError: input it cannot use (the message names the file and what to do).
+    """
     paths = [traces] if isinstance(traces, (str, Path)) else list(traces)
     files = trace_paths(paths)
     size_mb = sum(f.stat().st_size * (8 if f.name.endswith(".gz") else 1) for f in files) / 1e6

@@ -101,6 +101,7 @@ def load_trace(
     """Read one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
     Args:
+        path: the file (one that cannot be read raises a :class:`TraceError` naming it).
         rank: which rank wrote it, when neither ``distributedInfo`` nor the file name says (a
             trace that says nothing is taken as rank 0, one process: ``header.rank_source`` is
             then ``"assumed"``).
