@@ -9,6 +9,7 @@ import from ``helpers`` today is still importable from ``helpers`` itself.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -244,17 +245,26 @@ def undocumented_parameters(function) -> list[str]:
     return [n for n in named if not re.search(rf"^\s+\**{n}:", args, re.MULTILINE)]
 
 
-#: The functions ``helpers`` exports that take more than three parameters.
-MANY_PARAMETERS = [
-    name
-    for name in sorted(helpers.__all__)
-    if inspect.isfunction(f := getattr(helpers, name)) and len(inspect.signature(f).parameters) > 3
-]
+def public_functions() -> dict[str, object]:
+    """Every public function of every public module of helpers, by ``module.name``."""
+    found = {}
+    for name in modules():
+        if not any(private(part) for part in name.split(".")):
+            for value in vars(importlib.import_module(name)).values():
+                if inspect.isfunction(value) and value.__module__ == name:
+                    if not private(value.__name__):
+                        found[f"{name}.{value.__name__}"] = value
+    return found
 
 
-@pytest.mark.parametrize("name", MANY_PARAMETERS)
-def test_every_exported_function_of_more_than_three_parameters_gives_each_under_args(name):
-    assert undocumented_parameters(getattr(helpers, name)) == []
+MANY_PARAMETERS = {
+    name: f for name, f in public_functions().items() if len(inspect.signature(f).parameters) > 3
+}
+
+
+@pytest.mark.parametrize("name", sorted(MANY_PARAMETERS))
+def test_every_public_function_of_more_than_three_parameters_gives_each_under_args(name):
+    assert undocumented_parameters(MANY_PARAMETERS[name]) == []
 
 
 def test_a_parameter_missing_from_args_is_found():

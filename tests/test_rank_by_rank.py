@@ -161,6 +161,18 @@ def test_a_merged_file_in_the_run_folder_is_left_out_as_load_run_does(tmp_path):
     _same_tables(folder)
 
 
+def test_a_merged_file_even_of_one_rank_is_no_ranks_part_as_load_run_has_it(tmp_path):
+    from helpers import merge_traces
+    from helpers.analysis.rank_by_rank import kept_of_file
+
+    folder = _replayed("ddp", tmp_path)
+    rank0, rank1 = sorted(folder.glob("rank*.json"))[:2]
+    merged = merge_traces(load_run([rank0]), tmp_path / "rank0_merged.json")
+
+    assert kept_of_file(merged, cache=False) is None
+    assert [h.path for h in load_run([merged, rank1], cache=False).headers] == [rank1]
+
+
 def test_a_file_that_merge_traces_wrote_is_not_read_nor_counted(tmp_path, monkeypatch):
     from helpers import merge_traces
     from helpers.analysis import rank_by_rank

@@ -74,8 +74,18 @@ def busy_ms_per_group(frame: pd.DataFrame, by: list[str], end_column: str = "end
 
 
 def covered_us(starts: np.ndarray, ends: np.ndarray, block_starts, block_ends) -> float:
-    """µs of the intervals ``starts..ends`` covered by the disjoint, sorted blocks
-    (as :func:`merge_intervals` returns them)."""
+    """µs of the intervals covered by the blocks.
+
+    Args:
+        starts: the intervals' starts (µs).
+        ends: their ends (µs).
+        block_starts: the blocks' starts: disjoint and sorted, as :func:`merge_intervals`
+            returns them.
+        block_ends: the blocks' ends.
+
+    Returns:
+        The µs of all the intervals that lie inside a block.
+    """
     if not len(block_starts) or not len(starts):
         return 0.0
     cumulative = np.concatenate([[0.0], np.cumsum(block_ends - block_starts)])

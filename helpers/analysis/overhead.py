@@ -38,11 +38,17 @@ def steps_per_second(
 ) -> float:
     """Steps per second of ``steps`` calls of ``step_fn``, after two warm-up calls.
 
-    setting: ``None`` to run without the profiler; otherwise the keyword arguments of a
-    ``torch.profiler.profile`` (``{}``, ``{"record_shapes": True}``, ...) recording
-    ``activities`` around the steps. Only the steps are timed, not the profiler's stop: on the
-    CPU by the CPU time of the thread that runs them (``time.thread_time``), on
-    ``device="cuda"`` by the wall clock, the GPU waited for before it starts and before it stops.
+    Only the steps are timed, not the profiler's stop: on the CPU by the CPU time of the thread
+    that runs them (``time.thread_time``), on ``device="cuda"`` by the wall clock, the GPU
+    waited for before it starts and before it stops.
+
+    Args:
+        step_fn: one step of work.
+        steps: how many steps to time.
+        setting: ``None`` to run without the profiler; otherwise the keyword arguments of a
+            ``torch.profiler.profile`` (``{}``, ``{"record_shapes": True}``, ...).
+        activities: what the profiler records around the steps.
+        device: ``"cpu"`` or ``"cuda"``.
     """
     import torch
     from torch.profiler import profile

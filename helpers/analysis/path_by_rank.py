@@ -183,10 +183,18 @@ def path_summary_of_chains(
     collectives: pd.DataFrame,
     leave_out: Collection[int] = (),
 ) -> pd.DataFrame:
-    """:func:`helpers.path_summary` by kind and name (``rank, kind, name, ms, ms_per_step,
-    share``) from every rank's chains (:func:`rank_chains`), steps and collectives (as
-    :func:`helpers.summarise_run` keeps them: the collectives numbered as each rank's own
-    :func:`helpers.matched_collectives` numbers them), the steps in ``leave_out`` left out."""
+    """:func:`helpers.path_summary` by kind and name, from what a rank-by-rank read keeps.
+
+    Args:
+        chains: every rank's chains (:func:`rank_chains`).
+        steps: every rank's steps, as :func:`helpers.summarise_run` keeps them.
+        collectives: every rank's collectives, numbered as each rank's own
+            :func:`helpers.matched_collectives` numbers them.
+        leave_out: steps to leave out (a stall or a hang).
+
+    Returns:
+        ``rank, kind, name, ms, ms_per_step, share``, heaviest first.
+    """
     links = _Links(chains, collectives)
     totals: dict[tuple, dict[int, float]] = {}
     ends = steps.groupby(["step", "rank"])["end_us"].max()

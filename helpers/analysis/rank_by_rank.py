@@ -118,7 +118,7 @@ def kept_of_file(
     path: str | Path, cache: bool = True, rank: int | None = None
 ) -> tuple[Any, ...] | None:
     """:func:`kept_of_rank` of one rank's file, and the file's header (the rest of its events
-    are let go); None for a merged file of several ranks (``merge_traces``) and for a JSON file
+    are let go); None for a file ``merge_traces`` wrote (even of one rank) and for a JSON file
     that is no trace (a manifest), which :func:`helpers.load_run` leaves out too. With
     ``cache`` the parts are kept too, in one Parquet file (the steps' and the collectives' rows;
     the row of time per kind and the header in its metadata), so that a second pass reads only
@@ -134,7 +134,7 @@ def kept_of_file(
         trace = rank_trace(path, cache, rank)
     except NotATrace:  # a recording's manifest, left out as load_run leaves it out
         return None
-    if trace.events["rank"].nunique() > 1:
+    if trace.header.merged:
         return None
     steps, collectives, kinds, chains = kept_of_rank(trace.events)
     if cache:

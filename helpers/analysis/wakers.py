@@ -51,9 +51,16 @@ def find_wakers(
     """For each of ``rows``, the interval on another lane of its rank whose event ended closest
     to the row's end (-1: none): after the row began, at most the tolerance (or a hundredth of
     the row) before its end, and at most the tolerance or the row's own length after it (a span
-    closed late), of an event that began before the row ended (``gpu_only``: on a GPU lane).
-    An end after the row's counts half a microsecond farther; of equal ones, the one first in
-    ``ends``' order wins."""
+    closed late), of an event that began before the row ended. An end after the row's counts
+    half a microsecond farther; of equal ones, the one first in ``ends``' order wins.
+
+    Args:
+        iv: the run's intervals, as arrays.
+        rows: the intervals to find a waker for.
+        ends: per rank, its events' ends, sorted, each with its interval, lane, whether it is
+            on a GPU and when its event began.
+        gpu_only: per row, whether only an event on a GPU lane may wake it.
+    """
     found = np.full(len(rows), -1, dtype=np.int64)
     for rank in np.unique(iv.rank[rows]):
         if rank not in ends:
@@ -111,7 +118,18 @@ def main_lane_issuers(
 ) -> dict[int, int]:
     """``issuers`` completed for the worker lanes' events whose issuer is not in the trace (a
     gloo span with no ``c10d::`` call, a kernel with no launch): the interval of their rank's
-    main lane that held the moment they started, where the issue must have come from."""
+    main lane that held the moment they started, where the issue must have come from.
+
+    Args:
+        iv: the run's intervals, as arrays.
+        worker: per interval, whether it is on a worker lane (not its rank's main one).
+        main: per rank, its main lane.
+        issuers: event (its row label in the events) -> the interval that issued it, as
+            far as the trace says.
+
+    Returns:
+        ``issuers`` with the missing ones added.
+    """
     found = dict(issuers)
     starts = iv.start
     rows_of: dict[int, np.ndarray] = {}

@@ -53,8 +53,19 @@ def timeline_rows(
     nodes: dict[int, list[int]] | None,
     row_label: str,
 ):
-    """The y position of each (rank, lane) row, the tick labels, the total height, and
-    where one node's rows end and the next begin."""
+    """Where each row of a timeline goes.
+
+    Args:
+        events: the run's events (every rank gets a row, even one with nothing to draw).
+        drawable: the events to be drawn (their lanes get rows).
+        lanes: one row per lane of each rank, or one row per rank.
+        nodes: ``{node: [ranks]}``: rows grouped by node (None: one group).
+        row_label: what a row is called (``rank``, ``worker``...).
+
+    Returns:
+        The y position of each ``(rank, lane)`` row, the ticks and their labels, the total
+        height, and where one node's rows end and the next begin.
+    """
     node_of = {r: n for n, ranks in (nodes or {}).items() for r in ranks}
     ranks = sorted(events["rank"].unique(), key=lambda r: (node_of.get(r, 0), r))
     rows: dict[tuple, float] = {}

@@ -98,10 +98,16 @@ def wrong_run(
 ) -> str | None:
     """``None`` when ``run`` is the run an exercise asks for, else a hint saying what differs.
 
-    script: the script it must have run (``None``: any); wanted: arguments the run must have
-    been given; defaults: arguments that may be left out (the script's default is the one
-    asked for) but, if given, must have that value; finished: it must have ended well;
-    shown: the script's name in the hint when ``script`` is ``None``.
+    Args:
+        run: what the learner handed in (a :class:`RunRecord`, or anything else).
+        script: the script it must have run (``None``: any).
+        wanted: arguments the run must have been given.
+        defaults: arguments that may be left out (the script's default is the one asked for)
+            but, if given, must have that value.
+        nproc: the ranks per node it must have had (``None``: any).
+        nnodes: the nodes it must have had (``None``: any).
+        finished: it must have ended well.
+        shown: the script's name in the hint when ``script`` is ``None``.
     """
     shape = ", ".join(f"{k}={v}" for k, v in (("nproc", nproc), ("nnodes", nnodes)) if v)
     asked = f"launch {script or shown or 'the script'}"
@@ -168,6 +174,12 @@ def file_names(values: Any) -> list[str] | None:
 
 
 def close(value: float, truth: float, relative: float, absolute: float) -> bool:
-    """Whether ``value`` is within ``relative`` (a fraction of ``truth``) or ``absolute`` of
-    ``truth``, whichever is wider."""
+    """Whether ``value`` is close to ``truth``, by the wider of two tolerances.
+
+    Args:
+        value: the learner's number.
+        truth: the number it should be.
+        relative: the tolerance as a fraction of ``truth``.
+        absolute: the tolerance in ``truth``'s unit.
+    """
     return abs(value - truth) <= max(absolute, relative * abs(truth))

@@ -190,11 +190,19 @@ def launch_with_a_hidden_stall(seed: int | None = None, **options: Any) -> RunRe
 def judge_hidden_straggler(
     answer: Any, run: Any, script: str, how_to_launch: str
 ) -> tuple[bool, str]:
-    """The check of a hidden straggler (4.2 with ``train_ddp.py``, 10.2 with ``train_fsdp.py``):
-    ``answer`` is ``{"straggler": rank, "delay_ms": ms}`` read from the traces of ``run``, a run
-    of :func:`launch_with_a_hidden_straggler` with ``script`` (whose manifest keeps what was
-    chosen); the delay is right to within :data:`DELAY_TOLERANCE`. ``how_to_launch`` is the call the
-    hint shows. Returns (right, what to say)."""
+    """The check of a hidden straggler (4.2 with ``train_ddp.py``, 10.2 with ``train_fsdp.py``);
+    the delay is right to within :data:`DELAY_TOLERANCE`.
+
+    Args:
+        answer: ``{"straggler": rank, "delay_ms": ms}``, read from the traces of ``run``.
+        run: a run of :func:`launch_with_a_hidden_straggler` (its manifest keeps what was
+            chosen).
+        script: the script it must have run.
+        how_to_launch: the call the hint shows.
+
+    Returns:
+        (right, what to say).
+    """
     given = arguments(run) if is_run(run) else {}
     slow_rank, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
     hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT and run.script == script

@@ -35,10 +35,20 @@ CONVOLUTION_BACKWARD = "aten::convolution_backward"
 def recorded_windows(
     steps: int, wait: int, warmup: int, active: int, repeat: int
 ) -> list[list[int]]:
-    """The steps of each trace that ``torch.profiler.schedule(wait=, warmup=, active=,
-    repeat=)`` saves over ``steps`` steps, one list per window, in order: each cycle waits,
-    warms up, then records ``active`` steps and saves them when the last one ends (torch's
-    ``schedule_fn``, without ``skip_first``; the tests compare the two)."""
+    """The steps of each trace that ``torch.profiler.schedule`` saves: each cycle waits, warms
+    up, then records ``active`` steps and saves them when the last one ends (torch's
+    ``schedule_fn``, without ``skip_first``; the tests compare the two).
+
+    Args:
+        steps: the steps the loop runs (numbered from 0, as ``prof.step_num`` counts them).
+        wait: ``schedule``'s ``wait``.
+        warmup: its ``warmup``.
+        active: its ``active``.
+        repeat: its ``repeat`` (0: cycles until the steps end).
+
+    Returns:
+        The steps of each saved window, one list per window, in order.
+    """
     cycle = wait + warmup + active
     windows = []
     for start in range(0, steps, cycle):

@@ -125,7 +125,17 @@ def save_recording(
     record: RunRecord, echoed: list[tuple[int, str]], error: Exception | None, start_nodes: int
 ) -> Path:
     """Keep a finished live run as a recording: its files gzipped, its output, its error;
-    no absolute path of this machine in any of them (see :func:`_portable`)."""
+    no absolute path of this machine in any of them (see :func:`_portable`).
+
+    Args:
+        record: the run.
+        echoed: the lines it printed, ``(rank, line)``, in order.
+        error: what it raised (None: it ended well).
+        start_nodes: the nodes it started (part of what a replay matches on).
+
+    Returns:
+        The recording's folder.
+    """
     key = _key(
         record.script, record.experiment, record.nproc, record.nnodes, start_nodes, record.args
     )

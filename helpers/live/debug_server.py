@@ -56,9 +56,18 @@ def serve_debug_requests(host: str = "127.0.0.1") -> str:
 
 
 def ask_server(address: str, handler: str, timeout: float, max_bytes: int) -> bytes | None:
-    """POST ``/handler/<handler>`` to the debug server at ``address``: its answer, or None
-    when the answer is longer than ``max_bytes`` (no more than that is read). Network errors
-    (``OSError``, ``http.client.HTTPException``) pass through."""
+    """POST ``/handler/<handler>`` to a rank's debug server. Network errors (``OSError``,
+    ``http.client.HTTPException``) pass through.
+
+    Args:
+        address: the server's ``http://host:port``.
+        handler: the question (``dump_traceback``, ``fr_trace_json``...).
+        timeout: seconds to wait for the answer.
+        max_bytes: the most of the answer to read.
+
+    Returns:
+        The answer, or None when it is longer than ``max_bytes``.
+    """
     request = urllib.request.Request(f"{address}/handler/{handler}", data=b"", method="POST")
     with urllib.request.urlopen(request, timeout=timeout) as response:
         body = response.read(max_bytes + 1)

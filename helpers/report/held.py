@@ -27,9 +27,14 @@ _NOT_REMOVABLE = ("untraced", "communication", "launch", "wake-up", "queue")
 def held_section(
     events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame, names: str | None = None
 ) -> Section:
-    """The section, from a run's ``events``, their lanes (:func:`helpers.analysis.lanes.lane_intervals`),
-    their step times (:func:`helpers.step_times`) and the collectives' ``names`` (default:
-    :func:`helpers.collective_source`'s choice)."""
+    """The section of a run read whole.
+
+    Args:
+        events: the run's events.
+        lanes: their lanes (:func:`helpers.analysis.lanes.lane_intervals`).
+        times: their step times (:func:`helpers.step_times`).
+        names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
+    """
     path = path_of(lanes, events)
     per_step = times.median(axis=1)
     median_ms = float(per_step.median())
@@ -47,11 +52,19 @@ def held_section(
 def held_section_of_summary(
     summary: RunSummary, events: pd.DataFrame, times: pd.DataFrame, names: str | None = None
 ) -> Section | None:
-    """The section of a run read rank by rank (``summary``, :func:`helpers.summarise_run`'s;
-    ``events``, the steps and collectives it kept; ``names``, the collectives'): the path
-    strung together from each rank's chains, the long steps, the collectives that do not
-    match; without the figure and the what-if, which need every event of the ranks at once.
-    None when no path could be strung."""
+    """The section of a run read rank by rank: the path strung together from each rank's
+    chains, the long steps, the collectives that do not match; without the figure and the
+    what-if, which need every event of the ranks at once.
+
+    Args:
+        summary: what :func:`helpers.summarise_run` kept.
+        events: the steps and collectives it kept.
+        times: their step times (:func:`helpers.step_times`).
+        names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
+
+    Returns:
+        The section, or None when no path could be strung.
+    """
     per_step = times.median(axis=1)
     long = _long(per_step)
     ops = summary.path_summary(leave_out=long)

@@ -96,7 +96,7 @@ def read_columns(
     )
     text, numbers = _rows_of_columns(text, numbers, order)
     ranks = None
-    if header.rank_source == "merged file":
+    if header.merged:
         pid_codes, pids = text["pid"]
         ranks = np.asarray([int(p) for p in pids], dtype=np.int32)[pid_codes]
     gpu_codes, cats = text["cat"]

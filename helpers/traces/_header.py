@@ -47,6 +47,12 @@ class TraceHeader:
     gpu_events_without_launch: int = 0  # GPU events whose CPU launch is not in the trace
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def merged(self) -> bool:
+        """Whether the file holds several ranks, written by :func:`merge_traces` (each event's
+        rank is its pid): the one test of a merged file once it is read."""
+        return self.rank_source == "merged file"
+
 
 def rank_in_name(name: str) -> int | None:
     """The N of ``rank<N>`` in a file name; None when there is none, -1 when N has more

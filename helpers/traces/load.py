@@ -254,7 +254,7 @@ def _load_files(
             if strict and not isinstance(result, NotATrace):
                 raise result
             skipped.append((path, result.problem))
-        elif result.header.rank_source == "merged file":
+        elif result.header.merged:
             skipped.append((path, "a merged trace of several ranks, not one rank's"))
         elif wanted is None or result.header.rank in wanted:
             if result.skipped:

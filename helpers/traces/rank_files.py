@@ -84,8 +84,15 @@ def read_rank_part(path: str | Path, what: str, rank: int | None = None) -> pd.D
 def write_rank_part(
     path: str | Path, what: str, rank: int | None, frame: pd.DataFrame
 ) -> None:
-    """Keep ``frame`` (made of the file ``path``, of ``rank``) as the Parquet part ``what``
-    beside the file, ``attrs`` included; nothing where the folder cannot hold a cache."""
+    """Keep ``frame`` as a Parquet part beside its trace file, ``attrs`` included; nothing
+    where the folder cannot hold a cache.
+
+    Args:
+        path: the trace file it was made of.
+        what: the part's name (``events``, ``kept``...).
+        rank: the rank the file was read as (None: as its header says).
+        frame: the part.
+    """
     where = _cache.rank_cache_file(Path(path), what, rank)
     if where is not None:
         _cache.write_rank(where, frame)
