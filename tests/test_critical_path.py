@@ -81,6 +81,18 @@ def test_the_figure_draws_the_path_and_its_legend_names_only_the_marks_drawn(one
     assert "path: waiting to start" not in legend, "no lane waited on this path"
 
 
+def test_the_figure_is_drawn_into_the_axes_it_is_given_even_one_not_first(one_collective):
+    import matplotlib.pyplot as plt
+
+    from helpers import plot_critical_path
+
+    fig, (left, right) = plt.subplots(1, 2)
+    plot_critical_path(one_collective, critical_path(one_collective), 1, ax=right)
+    assert right.get_legend() is not None and left.get_legend() is None
+    assert len(right.lines) > 0 and len(left.lines) == 0
+    plt.close(fig)
+
+
 def test_the_last_arrival_not_the_longest_duration_decides(tmp_path, write, kineto):
     # rank 0 arrives first and waits longest: its duration is the longest, it is not the cause
     rank0 = [step(0, 500), X("aten::mm", 1, 0, 100), gloo("all_reduce", 100, 300), X("aten::add", 1, 400, 100)]  # fmt: skip

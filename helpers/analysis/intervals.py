@@ -84,7 +84,8 @@ def covered_us(starts: np.ndarray, ends: np.ndarray, block_starts, block_ends) -
         block_ends: the blocks' ends.
 
     Returns:
-        The µs of all the intervals that lie inside a block.
+        The µs of each interval that a block covers, summed over the intervals (a part
+        covered partly counts that part).
     """
     if not len(block_starts) or not len(starts):
         return 0.0

@@ -65,7 +65,7 @@ def plot_critical_path(
     if mine.empty:
         raise ValueError(f"step={step}: the path has no segment in that step; its steps: {sorted(path['step'].unique())}")  # fmt: skip
     fig = plot_rank_timeline(events, step=step, lanes=True, ax=ax, title=title)
-    ax = fig.axes[0]
+    ax = fig.axes[0] if ax is None else ax
     drawable = events[events["kind"].isin([k for k in KIND_NAMES if k != "other"])]
     rows = timeline_rows(events, drawable, True, None, "rank")[0]
     origin = float((events["start_us"] - events["rel_us"]).iloc[0])

@@ -235,8 +235,9 @@ def replay(
         The replayed run's :class:`RunRecord`, in its new folder.
 
     Raises:
-        RecordingMissing: no recording of this launch; RecordingDamaged: one that cannot
-        be replayed; else the recorded run's own error (:class:`RankFailed`...).
+        RecordingMissing: no recording of this launch.
+        RecordingDamaged: a recording that cannot be replayed.
+        RankFailed, RunTimedOut...: the recorded run's own error, when it failed.
     """
     source = _find(_key(script.name, experiment, nproc, nnodes, start_nodes, args))
     saved = json.loads((source / RECORDING_NAME).read_text())

@@ -62,7 +62,7 @@ def ask_server(address: str, handler: str, timeout: float, max_bytes: int) -> by
     Args:
         address: the server's ``http://host:port``.
         handler: the question (``dump_traceback``, ``fr_trace_json``...).
-        timeout: seconds to wait for the answer.
+        timeout: seconds each network operation may wait (urllib's timeout).
         max_bytes: the most of the answer to read.
 
     Returns:

@@ -118,7 +118,8 @@ def build_report(
         The :class:`Report`.
 
     Raises:
-        ReportError: input it cannot use (the message names the file and what to do).
+        ReportError: input it cannot use (the message says what is wrong, names the file
+            where one is at fault, and what to do).
     """
     paths = [traces] if isinstance(traces, (str, Path)) else list(traces)
     files = trace_paths(paths)
@@ -280,7 +281,7 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
     glance["time covered"] = f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s"
     glance["read"] = _READ_SAID[mode]
     times = step_times(events) if has_steps else None
-    names = collective_source(events).pattern  # decided once: every section reads the same
+    names = collective_source(events).pattern  # decided here, once, for every section
     waiting, step_ms = median_waiting(events, has_steps, names), median_step(times)
     missing = len(missing_ranks(ranks, read.world))
     held = []

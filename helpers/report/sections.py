@@ -237,9 +237,10 @@ def _listed(ranks) -> str:
 
 def gpu_section(events: pd.DataFrame, names: str | None = None) -> Section:
     """The GPU per rank, from a run's events: launch-to-start lag, the share of the collectives'
-    (``names``, default: NCCL kernels) time hidden under other kernels, the busiest stream's
-    idle share (medians over the steps), and the best median bus bandwidth where message sizes
-    were recorded. A table, no figure."""
+    time hidden under other work (``names``, default :func:`helpers.collective_source`'s
+    choice: on a GPU trace, the NCCL kernels, under other kernels), the busiest stream's idle
+    share (medians over the steps), and the best median bus bandwidth where message sizes were
+    recorded. A table, no figure."""
     title = "The GPU"
     work = events[events["kind"].isin(GPU_WORK_KINDS) & events["launch_us"].notna()]
     lag = ((work["start_us"] - work["launch_us"]) / 1e3).groupby(work["rank"]).median()

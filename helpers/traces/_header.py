@@ -49,8 +49,9 @@ class TraceHeader:
 
     @property
     def merged(self) -> bool:
-        """Whether the file holds several ranks, written by :func:`merge_traces` (each event's
-        rank is its pid): the one test of a merged file once it is read."""
+        """Whether :func:`merge_traces` wrote the file (its ``mergedRanks``; each event's rank is
+        its pid), whether it holds several ranks or one: the one test of a merged file once it
+        is read."""
         return self.rank_source == "merged file"
 
 

@@ -255,7 +255,7 @@ def _load_files(
                 raise result
             skipped.append((path, result.problem))
         elif result.header.merged:
-            skipped.append((path, "a merged trace of several ranks, not one rank's"))
+            skipped.append((path, "a merged trace (merge_traces'), not one rank's own file"))
         elif wanted is None or result.header.rank in wanted:
             if result.skipped:
                 skipped.append((path, f"{result.skipped} events left out"))

@@ -90,7 +90,8 @@ def write_rank_part(
     Args:
         path: the trace file it was made of.
         what: the part's name (``events``, ``kept``...).
-        rank: the rank the file was read as (None: as its header says).
+        rank: the rank given when the file was read (None: none was given); part of the
+            cache's key.
         frame: the part.
     """
     where = _cache.rank_cache_file(Path(path), what, rank)
