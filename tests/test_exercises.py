@@ -106,6 +106,11 @@ class Given:
         return found if self.item is None else found[self.item]
 
 
+def given(value: Any, request: pytest.FixtureRequest) -> Any:
+    """``value``, or what it names when it is a :class:`Given`."""
+    return value.of(request) if isinstance(value, Given) else value
+
+
 def lesson(name: str) -> Given:
     """The lesson's own run ``name``, replayed from ``recordings/``."""
     return Given("lesson_run", run=name)
@@ -1309,9 +1314,8 @@ def test_13_2_history_names_one_rank_and_no_neighbour_of_it():
 def test_each_wrong_answer_in_the_tables_is_rejected_with_its_reason(
     exercise, answer, evidence, hint, request
 ):
-    answer = answer.of(request) if isinstance(answer, Given) else answer
-    given = {k: v.of(request) if isinstance(v, Given) else v for k, v in evidence.items()}
-    assert rejected(evaluate(exercise, answer, **given), hint)
+    found = {name: given(value, request) for name, value in evidence.items()}
+    assert rejected(evaluate(exercise, given(answer, request), **found), hint)
 
 
 # --------------------------------------------------------------------------- hidden answers

@@ -288,11 +288,8 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
     if has_steps and whole:
         held = [held_section(events, lane_intervals(events, names=names), times, names)]
     elif has_steps and read.summary is not None and not read.summary.chains.empty:
-        held = [
-            s
-            for s in [held_section_of_summary(read.summary, events, times, names)]
-            if s is not None
-        ]
+        section = held_section_of_summary(read.summary, events, times, names)
+        held = [section] if section is not None else []
     sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
     sections.append(kinds_section(read.kinds))
     if whole and events["process_group"].nunique() > 1:

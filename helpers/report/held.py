@@ -154,7 +154,7 @@ def _long_steps(per_step: pd.Series, path: pd.DataFrame | None) -> list[str]:
     return said
 
 
-def _unmatched(events: pd.DataFrame, names: str | None = None) -> list[str]:
+def _unmatched(events: pd.DataFrame, names: str | None) -> list[str]:
     """A sentence on the collectives (``names``) that some rank never joined."""
     lonely = unmatched_collectives(events, names)
     if lonely.empty:
