@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, kineto_doc, write_doc
+from conftest import REAL_TRACES, REPO, kineto_doc, write_doc
 from helpers import RecordingMissing, find_straggler, load_run, merge_traces, recorded_traces
 from helpers.jobs.runs import RunRecord
 from helpers.report import ReportError, Section, build_report, report_html
@@ -203,12 +203,20 @@ def test_a_run_without_steps_says_so_and_what_to_do(tmp_path):
     assert report.section("Step time per rank").text.startswith("No `ProfilerStep#N`")
 
 
-def test_every_folder_of_real_traces_gets_a_report_and_nothing_is_written_beside_them(real_traces):
-    for folder in sorted(p for p in (real_traces / "hta").iterdir() if p.is_dir()):
-        report = build_report(folder)
-        titles = [s.title for s in report.sections]
-        assert titles[0] in (HELD, "What the traces cannot tell"), folder
-        assert "What the traces cannot tell" in titles[:2], folder
+def _real_trace_folders() -> list[str]:
+    """Each folder of ``../shared/real-traces`` that holds trace files of its own: one run."""
+    folders = {p.parent for p in REAL_TRACES.rglob("*.json.gz")} if REAL_TRACES.is_dir() else ()
+    return sorted(str(f.relative_to(REAL_TRACES)) for f in folders)
+
+
+@pytest.mark.parametrize("folder", _real_trace_folders())
+def test_every_folder_of_real_traces_gets_a_report_and_nothing_is_written_beside_them(
+    real_traces, folder
+):
+    report = build_report(real_traces / folder)
+    titles = [s.title for s in report.sections]
+    assert titles[0] in (HELD, "What the traces cannot tell")
+    assert "What the traces cannot tell" in titles[:2]
 
 
 def test_a_warning_of_the_analysis_becomes_a_sentence_of_the_report(real_traces, recwarn):
