@@ -36,6 +36,7 @@ def test_communication_is_drawn_on_top_and_containers_behind():
     "name, cat, kind",
     [
         ("ProfilerStep#3", "user_annotation", "step"),
+        ("ProfilerStep#3", "gpu_user_annotation", "annotation"),  # its copy on a stream
         ("aten::mm", "cpu_op", "compute"),
         ("aten::rand", "", "compute"),  # the legacy profiler leaves the category out
         ("gloo:all_reduce", "user_annotation", "communication"),

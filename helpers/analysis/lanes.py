@@ -24,7 +24,9 @@ decides when it ends:
   the collective's transfer (its shortest duration across ranks).
 
 Only what lies within each rank's recorded steps is kept, and a rank's step boundaries cut the
-intervals of the lane of its steps (its *main* lane).
+intervals of the lane of its steps (its *main* lane). The copies of CPU annotations that Kineto
+draws on a GPU stream (``gpu_user_annotation``) are left out: they are ranges, not work, and
+the stream's lane holds only what ran on it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_WORK_KINDS, event_names, name_matches
+from ..traces.kinds import GPU_COPY_CATEGORIES, GPU_WORK_KINDS, event_names, name_matches
 from .collectives import collectives_with_waits, matched_collectives
 from .intervals import merge_intervals
 from .wakers import (
@@ -91,7 +93,10 @@ def lane_intervals(events: pd.DataFrame, alone: bool = False, names: str | None 
             "a schedule (torch.profiler.schedule) and call prof.step() after each step"
         )
     window = steps.groupby("rank", observed=True).agg(lo=("start_us", "min"), hi=("end_us", "max"))
-    ev = events[~events["kind"].isin(_SKIPPED).to_numpy()].join(window, on="rank", how="inner")
+    copies = events["cat"].astype(str).isin(GPU_COPY_CATEGORIES).to_numpy()
+    ev = events[~events["kind"].isin(_SKIPPED).to_numpy() & ~copies].join(
+        window, on="rank", how="inner"
+    )
     ev = ev[(ev["end_us"] > ev["lo"]).to_numpy() & (ev["start_us"] < ev["hi"]).to_numpy()]
     lanes = _lane_table(ev, steps)
     if alone:

@@ -35,8 +35,10 @@ _LAYER = {k.name: k.layer for k in KINDS}
 
 
 def step_window(events: pd.DataFrame, step: int) -> tuple[float, float]:
-    """``(start_ms, end_ms)`` on the run's axis covering ``ProfilerStep#<step>`` on every rank."""
-    rows = events[events["name"] == f"ProfilerStep#{step}"]  # a categorical compares as text
+    """``(start_ms, end_ms)`` on the run's axis covering ``ProfilerStep#<step>`` on every rank
+    (the CPU's: a copy of the step on a GPU stream is an annotation)."""
+    named = events["name"] == f"ProfilerStep#{step}"  # a categorical compares as text
+    rows = events[named & (events["kind"] == "step")]
     if rows.empty:
         steps = sorted(events["step"].dropna().unique().tolist()) if "step" in events else []
         raise ValueError(

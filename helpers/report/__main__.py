@@ -26,7 +26,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (2 for input it cannot use)."""
+    """Run the command; returns the exit status: 0 when the report is written (a section that
+    failed is left out, said in the report and printed), 2 for input it cannot use."""
     args = parser().parse_args(argv)
     started = time.perf_counter()
     try:
@@ -41,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"report written to {show_path(out)}: {len(report.ranks)} rank(s), read {report.read}, "
         f"{len(report.skipped)} files skipped, {time.perf_counter() - started:.1f} s"
     )
+    for title, why in report.failed:
+        print(f"report: the section “{title}” could not be written ({why}); the report says so")
     return 0
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import glob
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import pandas as pd
 
@@ -40,7 +40,7 @@ from ..traces import (
 )
 from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks
-from .held import held_section, held_section_of_summary
+from .held import HELD, held_section, held_section_of_summary
 from .sections import (
     Section,
     gpu_section,
@@ -59,6 +59,9 @@ __all__ = ["WHOLE_LIMIT_MB", "Report", "ReportError", "build_report", "trace_pat
 #: read one rank at a time.
 WHOLE_LIMIT_MB = 1024
 CAUTIONS = "What the traces cannot tell"
+STEP_TITLE = "Step time per rank"
+WAITING_TITLE = "Waiting and the straggler"
+T = TypeVar("T")
 #: How the traces were read, and how the glance says it.
 ReadMode = Literal["whole", "rank by rank"]
 _READ_SAID: dict[ReadMode, str] = {
@@ -76,7 +79,8 @@ class Report:
     """The report of one run: ``glance`` (facts, in order), ``sections`` in reading order (what
     held the steps first, when the traces have steps; then what the traces cannot tell), the
     ``skipped`` files and why, how the traces were ``read`` ("whole" or "rank by rank"), the
-    ``ranks`` found, and the ``merged`` trace written for Perfetto (when asked for)."""
+    ``ranks`` found, the ``merged`` trace written for Perfetto (when asked for), and the
+    sections that ``failed`` (title, what went wrong), each said among the cautions."""
 
     source: str
     glance: dict[str, str]
@@ -85,6 +89,7 @@ class Report:
     read: ReadMode = "whole"
     ranks: list[int] = field(default_factory=list)
     merged: Path | None = None
+    failed: list[tuple[str, str]] = field(default_factory=list)
 
     def section(self, title: str) -> Section:
         """The section called ``title``; a KeyError lists the titles there are."""
@@ -267,10 +272,13 @@ def _read_rank_by_rank(files: list[Path], skip_bad: bool, progress: bool | None)
 
 
 def _assemble(source: str, read: _Read, caught: list) -> Report:
-    """The report from what was read: the glance, then the sections in reading order."""
+    """The report from what was read: the glance, then the sections in reading order. A section
+    that fails is left out and said among the cautions (which one, why, what to do): the rest
+    of the report is still written."""
     events = read.events
     mode: ReadMode = "whole" if read.summary is None else "rank by rank"
     whole = mode == "whole"
+    failed: list[tuple[str, str]] = []
     ranks = sorted(int(r) for r in events["rank"].unique())
     steps = events[events["kind"] == "step"]
     has_steps = not steps.empty
@@ -280,28 +288,26 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
     glance["steps"] = _steps_text(steps)
     glance["time covered"] = f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s"
     glance["read"] = _READ_SAID[mode]
-    times = step_times(events) if has_steps else None
     names = collective_source(events).pattern  # decided here, once, for every section
-    waiting, step_ms = median_waiting(events, has_steps, names), median_step(times)
+    times = _guarded(STEP_TITLE, failed, step_times, events) if has_steps else None
+    waiting = _guarded(WAITING_TITLE, failed, median_waiting, events, has_steps, names)
+    step_ms = median_step(times)
     missing = len(missing_ranks(ranks, read.world))
-    held = []
-    if has_steps and whole:
-        held = [held_section(events, lane_intervals(events, names=names), times, names)]
-    elif has_steps and read.summary is not None and not read.summary.chains.empty:
-        section = held_section_of_summary(read.summary, events, times, names)
-        held = [section] if section is not None else []
-    sections = [step_section(times), waiting_section(waiting, step_ms, missing)]
-    sections.append(kinds_section(read.kinds))
+    said = {title for title, _ in failed}  # sections whose figures could not be read
+    sections: list[Section | None] = []
+    if has_steps and STEP_TITLE not in said:
+        sections.append(_guarded(HELD, failed, _held, events, read.summary, times, names))
+    if STEP_TITLE not in said:
+        sections.append(_guarded(STEP_TITLE, failed, step_section, times))
+    if WAITING_TITLE not in said:
+        sections.append(_guarded(WAITING_TITLE, failed, waiting_section, waiting, step_ms, missing))  # fmt: skip
+    sections.append(_guarded("Time per kind", failed, kinds_section, read.kinds))
     if whole and events["process_group"].nunique() > 1:
-        try:
-            sections.append(groups_section(waiting_per_group(events, names)))
-        except ValueError:  # no collective inside a step names its group
-            pass
+        sections.append(_guarded("Waiting per process group", failed, _groups, events, names))
     if gpu and whole:
-        sections.append(gpu_section(events, names))
-    phases = fsdp_phases(events) if has_steps and whole else pd.DataFrame()
-    if not phases.empty:
-        sections.append(phases_section(phases))
+        sections.append(_guarded("The GPU", failed, gpu_section, events, names))
+    if has_steps and whole:
+        sections.append(_guarded("A sharded job's phases", failed, _phases, events))
     facts = Facts(
         ranks=ranks,
         world_size=read.world,
@@ -313,9 +319,51 @@ def _assemble(source: str, read: _Read, caught: list) -> Report:
         waiting=waiting,
         step_ms=step_ms,
         rank_by_rank=not whole,
+        failed=list(dict.fromkeys(failed)),
     )
     caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
-    return Report(source, glance, [*held, caution, *sections], facts.skipped, mode, ranks, read.merged)  # fmt: skip
+    written = [s for s in sections if s is not None]
+    held = [s for s in written if s.title == HELD]
+    rest = [s for s in written if s.title != HELD]
+    return Report(source, glance, [*held, caution, *rest], facts.skipped, mode, ranks, read.merged, facts.failed)  # fmt: skip
+
+
+def _guarded(title: str, failed: list[tuple[str, str]], make: Callable[..., T], *args, **kwargs) -> T | None:  # fmt: skip
+    """``make(*args, **kwargs)``, or None when it fails: the section ``title`` is then left out
+    of the report and its failure added to ``failed`` (title, what went wrong)."""
+    try:
+        return make(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 -- one section's failure must not lose the report
+        failed.append((title, f"{type(err).__name__}: {err}".strip().splitlines()[0]))
+        return None
+
+
+def _held(
+    events: pd.DataFrame, summary: RunSummary | None, times: pd.DataFrame, names: str
+) -> Section | None:
+    """What held the steps: from every event of a run read whole, from what ``summary`` kept
+    of each rank of a run read rank by rank (None where it kept no path)."""
+    if summary is None:
+        return held_section(events, lane_intervals(events, names=names), times, names)
+    if summary.chains.empty:
+        return None
+    return held_section_of_summary(summary, events, times, names)
+
+
+def _groups(events: pd.DataFrame, names: str) -> Section | None:
+    """The section on waiting per process group; None where no collective inside a step names
+    its group."""
+    try:
+        per_group = waiting_per_group(events, names)
+    except ValueError:  # no collective inside a step names its group
+        return None
+    return groups_section(per_group)
+
+
+def _phases(events: pd.DataFrame) -> Section | None:
+    """A sharded job's phases; None for a job that is not sharded."""
+    phases = fsdp_phases(events)
+    return None if phases.empty else phases_section(phases)
 
 
 def _notes(caught: list[warnings.WarningMessage]) -> list[str]:

@@ -19,7 +19,8 @@ class Facts:
     """What the cautions are drawn from: the ``ranks`` found and the ``world_size`` the traces
     record, whether they have steps, how many ``folders`` they came from, GPU events without a
     launch, files ``skipped`` and loader ``notes``, each rank's median ``waiting`` per step (ms)
-    and the median step (``step_ms``), and whether the run was read ``rank_by_rank``."""
+    and the median step (``step_ms``), whether the run was read ``rank_by_rank``, and the
+    sections that ``failed`` (title, what went wrong)."""
 
     ranks: list[int]
     world_size: int | None
@@ -31,6 +32,7 @@ class Facts:
     waiting: pd.Series | None = None
     step_ms: float | None = None
     rank_by_rank: bool = False
+    failed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def missing_ranks(ranks: list[int], world_size: int | None) -> list[int]:
@@ -51,7 +53,13 @@ def waiting_points_outside(waiting: pd.Series | None, step_ms: float | None) -> 
 
 def cautions(facts: Facts) -> list[str]:
     """The sentences, most important first; one that says so when there is nothing to add."""
-    said = []
+    said = [
+        f"The section “{title}” could not be written ({why}); the rest of the report does not "
+        "depend on it. These traces have a shape the report does not handle yet: please report "
+        "it with this sentence and the traces' first lines. The lessons' functions "
+        "(`load_run`, `step_times`, `critical_path`, ...) answer the same question step by step."
+        for title, why in facts.failed
+    ]
     missing = missing_ranks(facts.ranks, facts.world_size)
     if missing:
         said.append(

@@ -101,7 +101,7 @@ def read_columns(
         ranks = np.asarray([int(p) for p in pids], dtype=np.int32)[pid_codes]
     gpu_codes, cats = text["cat"]
     gpu = np.array([c in GPU_CATEGORIES for c in cats] + [False])[gpu_codes]
-    steps_of = step_numbers(start, start + dur, text["name"])
+    steps_of = step_numbers(start, start + dur, text["name"], gpu)
     launch, unlaunched = launches(steps_of, start, gpu, correlation, external_id, ranks)
     del correlation, external_id
     if steps is not None:

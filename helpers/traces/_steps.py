@@ -18,13 +18,22 @@ import numpy as np
 from ._error import TraceError
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-#: The categories of events that run on a GPU (each is matched to its launch).
-GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
+#: The categories of events on a GPU's timeline (each is matched to its launch): its work, the
+#: copies of CPU annotations drawn on a stream, and the synchronisation events Kineto records
+#: with ``enable_cuda_sync_events`` (``cuda_sync``: a stream waiting for an event, a CPU call
+#: waiting for the GPU), which carry the correlation of the CUDA call that made them.
+GPU_CATEGORIES = frozenset(
+    {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
+)
 
 
-def step_numbers(start: np.ndarray, end: np.ndarray, name: tuple[np.ndarray, list]) -> np.ndarray:
-    """The ``ProfilerStep#N`` each event (sorted by start) starts in; -1 outside every step."""
-    of_event = _step_of_name(name)
+def step_numbers(
+    start: np.ndarray, end: np.ndarray, name: tuple[np.ndarray, list], gpu: np.ndarray
+) -> np.ndarray:
+    """The ``ProfilerStep#N`` each event (sorted by start) starts in; -1 outside every step.
+    The steps are the CPU's ``ProfilerStep#N`` events (``gpu``: the events on a GPU, whose
+    copies of them are not steps)."""
+    of_event = _step_of_name(name, gpu)
     steps = np.flatnonzero(of_event >= 0)
     if not len(steps):
         return np.full(len(start), -1, np.int32)
@@ -95,13 +104,14 @@ def launches(
     return launch, missing
 
 
-def _step_of_name(name: tuple[np.ndarray, list]) -> np.ndarray:
-    """N for each ``ProfilerStep#N`` event, -1 for every other event."""
+def _step_of_name(name: tuple[np.ndarray, list], gpu: np.ndarray) -> np.ndarray:
+    """N for each ``ProfilerStep#N`` event on the CPU, -1 for every other event (a copy of the
+    step on a GPU stream included)."""
     numbers = np.array(
         [int(m.group(1)) if (m := STEP_NAME.match(v)) else -1 for v in name[1]] + [-1],
         dtype=np.int64,
     )
-    return numbers[name[0]]
+    return np.where(gpu, -1, numbers[name[0]])
 
 
 def in_steps(
@@ -116,7 +126,7 @@ def in_steps(
     """Which events belong to ``ProfilerStep#first`` .. ``#last`` (inclusive): CPU events that
     start inside those steps, GPU events launched in them (wherever they run)."""
     first, last = steps
-    numbers = _step_of_name(name)
+    numbers = _step_of_name(name, gpu)
     found = sorted(set(numbers[numbers >= 0].tolist()))
     inside = (numbers >= first) & (numbers <= last)
     if not inside.any():

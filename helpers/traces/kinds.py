@@ -5,8 +5,11 @@ analysis sums time per kind, and the plots colour and stack bars by kind, all fr
 table :data:`KINDS` below, so a colour or a rule changed here changes everywhere.
 
 How an event is recognised: the first kind in the table whose ``names`` pattern matches
-the event's name wins; if none does, the first kind whose ``categories`` contain the
-event's category (``cat``, compared in lower case); otherwise ``other``.
+the event's name (and whose ``not_categories`` do not hold the event's category) wins; if none
+does, the first kind whose ``categories`` contain the event's category (``cat``, compared in
+lower case); otherwise ``other``. So a GPU-side copy of ``ProfilerStep#N`` (Kineto draws on the
+GPU the ranges of the CPU annotations that launched GPU work, ``cat: gpu_user_annotation``) is
+an annotation on its stream, never a step of its own: the step is the CPU's.
 
 The colours come from the Okabe-Ito palette (distinguishable with the common forms of
 colour blindness), with greys for steps and unclassified events.
@@ -31,6 +34,7 @@ __all__ = [
     "KIND_COLORS",
     "GPU_WORK_KINDS",
     "GPU_WORK_CATEGORIES",
+    "GPU_COPY_CATEGORIES",
     "event_kind",
     "event_names",
     "name_matches",
@@ -48,6 +52,7 @@ class Kind:
     names: a regular expression on the event name that makes an event this kind
         (checked before any category).
     recognised_by: the rule in words, for readers of the table.
+    not_categories: categories in which ``names`` does not make an event this kind.
     """
 
     name: str
@@ -56,7 +61,13 @@ class Kind:
     categories: frozenset[str] = frozenset()
     names: str | None = None
     recognised_by: str = ""
+    not_categories: frozenset[str] = frozenset()
 
+
+#: The categories of the copies Kineto draws on a GPU stream of the CPU annotations that launched
+#: GPU work (``ProfilerStep#N``, ``## backward ##``, ``nccl:all_reduce``): ranges on the stream,
+#: not work of their own.
+GPU_COPY_CATEGORIES: frozenset[str] = frozenset({"gpu_user_annotation"})
 
 # collectives (gloo:, nccl:, c10d::), NCCL kernels, and RPC calls (not the remote ops they cause)
 _COMMUNICATION = (
@@ -71,7 +82,9 @@ KINDS: tuple[Kind, ...] = (
         "#bbbbbb",
         0,
         names=r"^ProfilerStep#\d+$",
-        recognised_by="name ProfilerStep#N (only with a profiler schedule)",
+        recognised_by="name ProfilerStep#N (only with a profiler schedule), on the CPU: its "
+        "copy on a GPU stream (category gpu_user_annotation) is an annotation",
+        not_categories=GPU_COPY_CATEGORIES,
     ),
     Kind(
         "compute",
@@ -150,16 +163,17 @@ GPU_WORK_CATEGORIES: tuple[str, ...] = tuple(
     sorted(c for k in KINDS if k.name in GPU_WORK_KINDS for c in k.categories)
 )
 
-_NAME_RULES = [(re.compile(k.names), k.name) for k in KINDS if k.names]
+_NAME_RULES = [(re.compile(k.names), k.name, k.not_categories) for k in KINDS if k.names]
 _CATEGORY_RULES = {cat: k.name for k in reversed(KINDS) for cat in k.categories}
 
 
 def event_kind(name: str, cat: str) -> str:
     """The kind of one event, from its name and category (see the module's rules)."""
-    for pattern, kind in _NAME_RULES:
-        if pattern.search(name):
+    cat = cat.lower()
+    for pattern, kind, not_in in _NAME_RULES:
+        if cat not in not_in and pattern.search(name):
             return kind
-    return _CATEGORY_RULES.get(cat.lower(), "other")
+    return _CATEGORY_RULES.get(cat, "other")
 
 
 def event_names(events: pd.DataFrame) -> pd.Series:
