@@ -36,15 +36,39 @@ def gpu_steps_doc(copies: bool) -> dict:
         begins, runs = KERNELS[step]
         gpu = {"pid": 0, "tid": 7, "device": 0, "stream": 7}  # on a GPU: the device, the stream
         events += [
-            complete_event(f"ProfilerStep#{step}", t, 900.0, cat="user_annotation", **{"External id": ext}),  # fmt: skip
+            complete_event(
+                f"ProfilerStep#{step}", t, 900.0, cat="user_annotation", **{"External id": ext}
+            ),  # fmt: skip
             complete_event("aten::mm", t + 10, 300.0, **{"External id": ext + 1}),
-            complete_event("cudaLaunchKernel", t + 50, 20.0, cat="cuda_runtime", correlation=ext + 2, **{"External id": ext + 1}),  # fmt: skip
-            complete_event("gemm_kernel", t + begins, runs, cat="kernel", correlation=ext + 2, **{"External id": ext + 1}, **gpu),  # fmt: skip
+            complete_event(
+                "cudaLaunchKernel",
+                t + 50,
+                20.0,
+                cat="cuda_runtime",
+                correlation=ext + 2,
+                **{"External id": ext + 1},
+            ),  # fmt: skip
+            complete_event(
+                "gemm_kernel",
+                t + begins,
+                runs,
+                cat="kernel",
+                correlation=ext + 2,
+                **{"External id": ext + 1},
+                **gpu,
+            ),  # fmt: skip
             complete_event("aten::add", t + 400, 100.0, **{"External id": ext + 3}),
         ]
         if copies:
             events.append(
-                complete_event(f"ProfilerStep#{step}", t + begins, runs, cat="gpu_user_annotation", **{"External id": ext}, **gpu)  # fmt: skip
+                complete_event(
+                    f"ProfilerStep#{step}",
+                    t + begins,
+                    runs,
+                    cat="gpu_user_annotation",
+                    **{"External id": ext},
+                    **gpu,
+                )  # fmt: skip
             )
     return trace_doc(events, rank=0, world=1, backend="nccl")
 
