@@ -30,47 +30,32 @@ KERNELS = {1: (100.0, 500.0), 2: (700.0, 400.0), 3: (100.0, 500.0)}
 
 def gpu_steps_doc(copies: bool) -> dict:
     """One GPU rank of ``STEPS`` steps, with or without the GPU copies of ``ProfilerStep#N``."""
+    gpu = {"pid": 0, "tid": 7, "device": 0, "stream": 7}  # on a GPU: the device, the stream
     events = []
     for step in range(1, STEPS + 1):
         t, ext = (step - 1) * STEP_US, 10 * step
         begins, runs = KERNELS[step]
-        gpu = {"pid": 0, "tid": 7, "device": 0, "stream": 7}  # on a GPU: the device, the stream
         events += [
+            complete_event(f"ProfilerStep#{step}", t, 900.0, cat="user_annotation", **_ids(ext)),
+            complete_event("aten::mm", t + 10, 300.0, **_ids(ext + 1)),
             complete_event(
-                f"ProfilerStep#{step}", t, 900.0, cat="user_annotation", **{"External id": ext}
-            ),  # fmt: skip
-            complete_event("aten::mm", t + 10, 300.0, **{"External id": ext + 1}),
+                "cudaLaunchKernel", t + 50, 20.0, cat="cuda_runtime", **_ids(ext + 1, ext + 2)
+            ),
             complete_event(
-                "cudaLaunchKernel",
-                t + 50,
-                20.0,
-                cat="cuda_runtime",
-                correlation=ext + 2,
-                **{"External id": ext + 1},
-            ),  # fmt: skip
-            complete_event(
-                "gemm_kernel",
-                t + begins,
-                runs,
-                cat="kernel",
-                correlation=ext + 2,
-                **{"External id": ext + 1},
-                **gpu,
-            ),  # fmt: skip
-            complete_event("aten::add", t + 400, 100.0, **{"External id": ext + 3}),
+                "gemm_kernel", t + begins, runs, cat="kernel", **_ids(ext + 1, ext + 2), **gpu
+            ),
+            complete_event("aten::add", t + 400, 100.0, **_ids(ext + 3)),
         ]
         if copies:
-            events.append(
-                complete_event(
-                    f"ProfilerStep#{step}",
-                    t + begins,
-                    runs,
-                    cat="gpu_user_annotation",
-                    **{"External id": ext},
-                    **gpu,
-                )  # fmt: skip
-            )
+            copy = complete_event(f"ProfilerStep#{step}", t + begins, runs, cat="gpu_user_annotation", **_ids(ext), **gpu)  # fmt: skip
+            events.append(copy)
     return trace_doc(events, rank=0, world=1, backend="nccl")
+
+
+def _ids(external: int, correlation: int | None = None) -> dict:
+    """An event's ``External id`` and, for a launch and its kernel, their ``correlation``."""
+    ids = {"External id": external}
+    return ids if correlation is None else {**ids, "correlation": correlation}
 
 
 @pytest.fixture(scope="module")
