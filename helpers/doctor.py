@@ -68,13 +68,17 @@ def _pins(requirements: Path) -> dict[str, str]:
     return pins
 
 
+#: The pins whose module is not named as the package is (the rest import under their names).
+_MODULE_OF = {"pytest-xdist": "xdist"}
+
+
 def _packages(requirements: Path) -> Check:
     missing, other = [], []
     pins = _pins(requirements)
     for name, version in pins.items():
         try:
             installed = importlib.metadata.version(name)
-            importlib.import_module(name.replace("-", "_"))  # each pin imports under its name
+            importlib.import_module(_MODULE_OF.get(name, name.replace("-", "_")))
         except importlib.metadata.PackageNotFoundError:
             missing.append(name)
             continue
