@@ -58,17 +58,19 @@ endif
 		> $(LAB_SETTINGS)/overrides.json
 	touch $(STAMP)
 
-# Execute every notebook headless, in order, into build/ (the committed notebooks stay untouched).
+# Execute every notebook headless, in order, into build/ (the committed notebooks stay untouched);
+# one that fails stops at its failing cell, the others still run, and a summary says what failed
+# and what to do (exit status 1). One lesson: make run NOTEBOOKS=notebooks/09_....ipynb
 run: install
 	@mkdir -p build/notebooks build/html
-	@for nb in $(NOTEBOOKS); do \
-	  echo "== executing $$nb"; \
-	  PDP_RECORDED=$(RECORDED) $(EXECUTE) --output-dir build/notebooks "$$nb" || exit 1; \
-	done
-	$(BIN)/jupyter nbconvert --to html $(HTML_TEMPLATE) --output-dir build/html build/notebooks/*.ipynb
-	@echo ""
-	@echo "Executed notebooks: build/notebooks/   HTML: build/html/"
-	@echo "Traces of every run: traces/<experiment>/<run-id>/ (manifest: run.json)"
+	@PDP_NO_PROGRESS=1 PDP_RECORDED=$(RECORDED) $(BIN)/python tools/run_series.py \
+	  --out build/notebooks $(if $(RECORDED),--recorded) $(NOTEBOOKS); status=$$?; \
+	$(BIN)/jupyter nbconvert --to html $(HTML_TEMPLATE) --output-dir build/html --log-level WARN \
+	  $(addprefix build/notebooks/,$(notdir $(NOTEBOOKS))); \
+	echo ""; \
+	echo "Executed notebooks: build/notebooks/   HTML: build/html/"; \
+	echo "Traces of every run: traces/<experiment>/<run-id>/ (manifest: run.json)"; \
+	exit $$status
 
 # Unit tests of helpers/ (the site built and driven in Chromium included; JOBS at once), every
 # lesson and every solution under nbval (one at a time), and the analysis lessons again in
