@@ -34,10 +34,13 @@ import numpy as np
 import pandas as pd
 
 from ..traces.kinds import event_names
+from .graph import DEPENDENCIES, DEPENDENCY, Dependency, segment_kind
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
 
+#: The reason of a stretch of a lane with no interval at all (before its first event).
+UNTRACED = "untraced"
 _COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank"]  # fmt: skip
 
 
@@ -69,8 +72,8 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     names = np.where(known, event_names(events).to_numpy()[np.maximum(pos, 0)], "(untraced)")
     kinds = np.where(known, events["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], "untraced")
     reason = raw["reason"].to_numpy()
-    kinds = np.where(reason == "transfer", "communication", kinds)
-    kinds = np.where(np.isin(reason, ["launch", "wake-up", "queue"]), reason, kinds)
+    given = np.array([segment_kind(r) or "" for r in reason], dtype=object)  # by the dependency
+    kinds = np.where(given != "", given, kinds)
     path = pd.DataFrame(
         {
             "step": raw["step"].astype(int),
@@ -89,16 +92,21 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
 
 
 class PathWalker:
-    """Walks the lanes backwards, one step at a time (see the module)."""
+    """Walks the lanes backwards along the graph's binding edges, one step at a time (see the
+    module and :mod:`.graph`)."""
 
     def __init__(self, lanes: Lanes):
-        self.lanes, iv = lanes, lanes.intervals
+        self.lanes, iv, graph = lanes, lanes.intervals, lanes.graph
         lane_ids = iv["lane_id"].to_numpy()
         self.first = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="left")
         self.past = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="right")
         self.starts, self.ends = iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
         self.label, self.rank = iv["event"].to_numpy(), iv["rank"].to_numpy()
-        self.rule, self.after = iv["rule"].to_numpy(), iv["after"].to_numpy()
+        binding = graph.binding[1::2]  # each interval's end: the edge that decided it
+        self.dependency = graph.dependency[binding].tolist()
+        self.source = graph.source[binding]  # the node it waited for
+        self.there = graph.time[self.source]  # when that node happened
+        self.source //= 2  # the interval of that node
         self.lane_of = lane_ids
         main = lanes.lanes[lanes.lanes["main"]]
         self.main = {int(r): int(i) for i, r in zip(main.index, main["rank"])}
@@ -135,7 +143,7 @@ class PathWalker:
             seen.add((lane, t))
             if row < 0 or self.ends[row] < t:  # nothing recorded on this lane until t
                 start = self.ends[row] if row >= 0 else lo
-                rows.append((step, lane, -1, max(start, lo), t, "untraced", None))
+                rows.append((step, lane, -1, max(start, lo), t, UNTRACED, None))
                 if row < 0:
                     return None
                 t = start
@@ -147,34 +155,40 @@ class PathWalker:
         return None
 
     def take(self, step: int, row: int, t: float, lo: float, rows: list, stuck: bool):
-        """Add what held ``row``'s lane until ``t``; return where the walk goes on."""
-        lane, start = self.lane_of[row], self.starts[row]
-        rule, after, label = self.rule[row], self.after[row], self.label[row]
-        if stuck or rule in ("work", "queued"):
-            reason = "queue" if rule == "queued" else "work" if label >= 0 else "untraced"
+        """Add what held ``row``'s lane until ``t`` (its binding edge); return where the walk
+        goes on."""
+        lane, start, label = self.lane_of[row], self.starts[row], self.label[row]
+        dependency = DEPENDENCIES[self.dependency[row]]
+        if stuck or dependency.own_time:  # its own time (a walk in a cycle takes it as such)
+            reason = own_reason(dependency, label)
             rows.append((step, lane, label, max(start, lo), t, reason, None))
             return lane, start
-        if rule in ("wait", "issued"):
-            there = self.ends[after]
-            if there < t:
-                if rule == "issued" and row + 1 < len(self.label):
-                    label = self.label[row + 1]  # the launch of what starts after the gap
-                reason = "wake-up" if rule == "wait" else "launch"
-                rows.append((step, lane, label, max(there, lo), t, reason, None))
-            return self.lane_of[after], min(there, t)
-        return self.collective(step, row, t, lo, rows)
+        if dependency.collective:
+            return self.collective(step, row, t, lo, rows)
+        there = self.there[row]
+        if there < t:
+            if dependency.names_next and row + 1 < len(self.label):
+                label = self.label[row + 1]  # the launch of what starts after the gap
+            rows.append((step, lane, label, max(there, lo), t, dependency.name, None))
+        return self.lane_of[self.source[row]], min(there, t)
 
     def collective(self, step: int, row: int, t: float, lo: float, rows: list):
         """A collective: its transfer, from the last arrival on, then that rank's way to it."""
-        lane, start, label = self.lane_of[row], self.starts[row], self.label[row]
-        arrivals = self.lanes.arrivals[self.lanes.instance[row]]
-        last = max(arrivals, key=lambda r: self.starts[r])
-        begin = min(max(self.starts[last], start), t)
-        moves = last != row and begin > start
-        here = last if moves else row
-        to_rank = int(self.rank[row]) if moves else None
-        rows.append((step, self.lane_of[here], label, max(begin, lo), t, "transfer", to_rank))
-        return (self.lane_of[last], begin) if moves else (lane, begin)
+        label = self.label[row]
+        last = self.source[row]  # the last arrival (its own, where it arrived last)
+        begin = min(self.there[row], t)
+        here, to_rank = (last, int(self.rank[row])) if last != row else (row, None)
+        reason = DEPENDENCIES[self.dependency[row]].name
+        rows.append((step, self.lane_of[here], label, max(begin, lo), t, reason, to_rank))
+        return self.lane_of[here], begin
+
+
+def own_reason(dependency: Dependency, label: int) -> str:
+    """The reason of a segment of an interval's own time: its dependency's name where that is
+    own time, else (a wait taken as its own time) ``work`` for an event, ``untraced`` for a gap."""
+    if dependency.own_time:
+        return dependency.name
+    return DEPENDENCIES[DEPENDENCY["work" if label >= 0 else "untraced"]].name
 
 
 def step_windows(steps: pd.DataFrame) -> list[tuple[int, float, float]]:

@@ -1,27 +1,12 @@
-"""Every lane of a run cut into intervals, and what each interval waited for: the ground under the
-critical path (:mod:`.critical_path`) and the what-if replay (:mod:`.replay`).
+"""Every lane of a run cut into intervals, and the dependency graph between them: the ground under
+the critical path (:mod:`.critical_path`) and the what-if replay (:mod:`.replay`).
 
 A lane (a CPU thread, a GPU stream) does one thing at a time. :func:`lane_intervals` cuts each
 lane into consecutive intervals, each labelled with the innermost event that covers it (a
 convolution inside ``aten::conv2d`` inside a module's annotation: the convolution), or with no
 event: a gap. A collective matched on every rank (:func:`helpers.collective_waits`) is one
-interval, whatever ran inside it (gloo's copies and additions). Each interval gets the rule that
-decides when it ends:
-
-- ``work``: an event's own time (its time less the events inside it); a stretch of an annotation
-  with nothing under it, a CUDA synchronisation or a gap that nothing is found to have ended
-  (untraced time: Python between ops, a sleep, a slow input pipeline). It lasts as long as it did.
-- ``wait``: on a CPU thread, a gap, an annotation with nothing under it, or a CUDA
-  synchronisation call that ended when something on another lane of the same rank ended: its
-  *waker* (``after``), the event that ended closest to the interval's end within
-  :data:`WAKE_TOLERANCE_US` (a collective on gloo's thread, the autograd thread's op, a kernel).
-- ``issued``: on a worker lane (a GPU stream, or a thread that runs only gloo's collectives), the
-  gap before an event that started once its *issuer* on a CPU thread had issued it: a kernel's
-  launch (the CUDA runtime call that started at its ``launch_us``), a gloo collective's latest
-  ``c10d::`` call.
-- ``queued``: a worker lane's gap before an event issued earlier: the lane's previous event held it.
-- ``collective``: a matched collective on one rank: it ends when the last rank has arrived, plus
-  the collective's transfer (its shortest duration across ranks).
+interval, whatever ran inside it (gloo's copies and additions). What each interval waited for is
+the graph's (:mod:`.graph`; its builders, :mod:`.edges`, say which rule decides which interval).
 
 Only what lies within each rank's recorded steps is kept, and a rank's step boundaries cut the
 intervals of the lane of its steps (its *main* lane). The copies of CPU annotations that Kineto
@@ -37,23 +22,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_COPY_CATEGORIES, GPU_WORK_KINDS, event_names, name_matches
+from ..traces.kinds import GPU_COPY_CATEGORIES, GPU_WORK_KINDS, event_names
 from .collectives import collectives_with_waits, matched_collectives
+from .edges import SYNC_CALLS, graph_of
+from .graph import Graph
 from .intervals import merge_intervals
-from .wakers import (
-    WAKE_TOLERANCE_US,
-    IntervalArrays,
-    event_ends,
-    find_wakers,
-    main_lane_issuers,
-    worker_event_issuers,
-    worker_gap,
-)
+from .wakers import WAKE_TOLERANCE_US
 
 __all__ = ["Lanes", "lane_intervals", "WAKE_TOLERANCE_US", "SYNC_CALLS"]
 
-#: CUDA runtime calls that block the CPU until the GPU has done something.
-SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy$"
 _SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
 
 
@@ -62,9 +39,8 @@ class Lanes:
     """A run's lanes cut into intervals.
 
     ``intervals``: one row each, sorted by lane then time: ``lane_id, rank, start_us, end_us,
-    event`` (the row label in ``events`` of the innermost event, -1 for a gap), ``rule`` (see
-    the module) and ``after`` (the row of the interval whose end it waits for: waker, issuer, or
-    the previous interval of a queued lane; -1 when none). ``lanes``: one row per lane_id,
+    event`` (the row label in ``events`` of the innermost event, -1 for a gap). ``graph``: what
+    each interval's start and end waited for (:class:`.graph.Graph`). ``lanes``: one row per lane_id,
     ``rank, lane, worker, gpu, main``. ``instance``: interval row -> collective instance number;
     ``arrivals``: instance -> its interval rows, one per rank; ``transfer_us``: instance -> its
     shortest duration; ``keys``: interval row -> the collective's ``(key, index)`` as
@@ -74,6 +50,7 @@ class Lanes:
     intervals: pd.DataFrame
     lanes: pd.DataFrame
     steps: pd.DataFrame
+    graph: Graph | None = None
     instance: dict[int, int] = field(default_factory=dict)
     arrivals: dict[int, list[int]] = field(default_factory=dict)
     transfer_us: dict[int, float] = field(default_factory=dict)
@@ -125,7 +102,7 @@ def lane_intervals(events: pd.DataFrame, alone: bool = False, names: str | None 
         intervals.reset_index(drop=True), lanes, steps[["rank", "step", "start_us", "end_us"]]
     )
     _link_collectives(result, matched, least=1 if alone else 2)
-    _set_rules(result, ev)
+    result.graph = graph_of(result, ev)
     return result
 
 
@@ -249,34 +226,3 @@ def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
         lanes.arrivals[number] = rows
         lanes.transfer_us[number] = min((d for d in durations if d == d), default=np.nan)
         lanes.instance.update(dict.fromkeys(rows, number))
-
-
-def _set_rules(lanes: Lanes, ev: pd.DataFrame) -> None:
-    """The rule of every interval and the interval it waits for (``after``)."""
-    iv = lanes.intervals
-    label = iv["event"].to_numpy()
-    pos = ev.index.get_indexer(label)
-    has = pos >= 0
-    kind = np.where(has, ev["kind"].astype(str).to_numpy()[pos], "")
-    sync = np.where(has, name_matches(ev, SYNC_CALLS)[pos], False)
-    lane_of = iv["lane_id"].to_numpy()
-    worker = lanes.lanes["worker"].to_numpy()[lane_of]
-    rule = np.where(has, "work", "wait").astype(object)
-    rule[(kind == "annotation") | sync] = "wait"
-    after = np.full(len(iv), -1, dtype=np.int64)
-    ends = event_ends(iv, ev, lanes.lanes["gpu"].to_numpy())
-    issuers = worker_event_issuers(ev, iv)
-    arrays = IntervalArrays.of(iv)
-    main = {
-        r: i for i, r in zip(lanes.lanes.index, lanes.lanes["rank"]) if lanes.lanes.at[i, "main"]
-    }
-    issuers = main_lane_issuers(arrays, worker, main, issuers)
-    waits = np.flatnonzero(rule == "wait")
-    for row in waits[worker[waits]]:
-        rule[row], after[row] = worker_gap(arrays, row, issuers)
-    waits = waits[~worker[waits]]
-    wakers = find_wakers(arrays, waits, ends, sync[waits].astype(bool))
-    rule[waits] = np.where(wakers >= 0, "wait", "work")
-    after[waits] = wakers
-    rule[list(lanes.instance)] = "collective"
-    iv["rule"], iv["after"] = rule, after

@@ -22,7 +22,8 @@ from pandas.api.types import union_categoricals
 
 from ..traces.kinds import event_names
 from .collectives import matched_collectives, on_every_rank
-from .critical_path import PathWalker, step_windows
+from .critical_path import UNTRACED, PathWalker, step_windows
+from .graph import DEPENDENCIES, segment_kind
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLUMNS"]
@@ -58,12 +59,14 @@ class _RankWalker(PathWalker):
         return super().take(step, row, t, lo, rows, stuck)
 
     def _same_way(self, row: int, t: float, entered: float) -> bool:
-        """Whether a walk entering ``row`` at ``t`` goes on as one that entered at ``entered``."""
-        rule = self.rule[row]
-        if rule in ("wait", "issued"):
-            there = self.ends[self.after[row]]
-            return min(t, there) == min(entered, there)
-        return rule != "collective"
+        """Whether a walk entering ``row`` at ``t`` goes on as one that entered at ``entered``:
+        always through its own time, never through a collective (another rank goes on), through
+        a wait when both leave it for the same moment of what it waited for."""
+        dependency = DEPENDENCIES[self.dependency[row]]
+        if dependency.own_time or dependency.collective:
+            return dependency.own_time
+        there = self.there[row]
+        return min(t, there) == min(entered, there)
 
     def collective(self, step: int, row: int, t: float, lo: float, rows: list):
         return (row, t, "stop")
@@ -106,13 +109,7 @@ def _namer(events: pd.DataFrame):
 
     def name(label: int, reason: str) -> tuple[str, str]:
         at = index.get(label, -1)
-        kind = (
-            reason
-            if reason in ("launch", "wake-up", "queue")
-            else kinds[at]
-            if at >= 0
-            else "untraced"
-        )
+        kind = segment_kind(reason) or (kinds[at] if at >= 0 else UNTRACED)
         return kind, (names[at] if at >= 0 else "(untraced)")
 
     return name

@@ -1,13 +1,16 @@
 """What fixing it would buy: the run re-timed with some work made shorter, from the dependencies
 that :mod:`.lanes` reads in the traces.
 
-Every interval of every lane keeps what it measured, and its place among the others:
+Every interval of every lane keeps what it measured, and its place among the others, as the
+edges of the run's dependency graph (:mod:`.graph`) say:
 
 - work (an op's own time, untraced time) lasts as long as it did, after the interval before it;
 - a wait ends as long after its waker's end as it did (a thread resumes µs after what it
   waited for), and an issued event starts as long after its issuer's end as it did;
 - a collective ends on every rank when its last rank has arrived, plus its transfer: its
-  shortest duration across ranks.
+  shortest duration across ranks;
+- a moment that waited for several things waits for the last of them, whichever that is once
+  the work is re-timed.
 
 :func:`replay_step_times` re-times the run as it was: the difference from the measured step
 times (:func:`replay_error`) is what this model of the run misses; the per-rank jitter of a
@@ -23,12 +26,11 @@ the same way, with GPU-specific rules, and reports 3.3 % replay error on average
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 import pandas as pd
 
 from ..traces.kinds import name_matches
+from .graph import retime as retime_graph
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["replay_step_times", "replay_error", "what_if", "retime"]
@@ -36,73 +38,11 @@ __all__ = ["replay_step_times", "replay_error", "what_if", "retime"]
 
 def retime(lanes: Lanes, shrink: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """New ``(starts, ends)`` of every interval of ``lanes`` (:func:`.lanes.lane_intervals`):
-    the run re-timed with each interval's own time multiplied by ``shrink`` (one factor per
-    interval; 1 keeps it, 0 removes it: a removed wait ends as it begins)."""
-    iv = lanes.intervals
-    n = len(iv)
-    s0, e0 = iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
-    shrink = np.ones(n) if shrink is None else shrink
-    lane = iv["lane_id"].to_numpy()
-    rule, after = iv["rule"].to_numpy(), iv["after"].to_numpy()
-    first_of_lane = np.r_[True, lane[1:] != lane[:-1]]
-    # node 2i: start of interval i, node 2i+1: its end
-    preds: list[list[int]] = [[] for _ in range(2 * n)]
-    for i in range(n):
-        if not first_of_lane[i]:
-            preds[2 * i].append(2 * (i - 1) + 1)
-        preds[2 * i + 1].append(2 * i)
-        if rule[i] in ("wait", "issued") and after[i] >= 0:
-            preds[2 * i + 1].append(2 * after[i] + 1)
-    instance_of = lanes.instance
-    for rows in lanes.arrivals.values():
-        for i in rows:
-            preds[2 * i + 1] += [2 * j for j in rows if j != i]
-    order = _topological(preds)
-    start, end = s0.copy(), e0.copy()
-    value = np.ravel(np.column_stack([s0, e0]))  # measured, for nodes left in a cycle
-    for node in order:
-        i, is_end = divmod(node, 2)
-        if not is_end:
-            value[node] = s0[i] if first_of_lane[i] else value[2 * (i - 1) + 1]
-            start[i] = value[node]
-            continue
-        begin = value[2 * i]
-        if shrink[i] == 0.0:
-            value[node] = begin
-        elif i in instance_of:
-            rows = lanes.arrivals[instance_of[i]]
-            last = max(value[2 * j] for j in rows)
-            value[node] = max(begin, last + lanes.transfer_us[instance_of[i]])
-        elif rule[i] in ("wait", "issued") and after[i] >= 0:
-            value[node] = max(begin, value[2 * after[i] + 1] + (e0[i] - e0[after[i]]))
-        else:
-            value[node] = begin + shrink[i] * (e0[i] - s0[i])
-        end[i] = value[node]
-    return start, end
-
-
-def _topological(preds: list[list[int]]) -> list[int]:
-    """The nodes in an order where each comes after its predecessors (Kahn's algorithm); nodes
-    left in a cycle (measured times that contradict each other by the wake-up tolerance) come
-    last, in their own order."""
-    n = len(preds)
-    waiting = np.array([len(p) for p in preds])
-    followers: list[list[int]] = [[] for _ in range(n)]
-    for node, ps in enumerate(preds):
-        for p in ps:
-            followers[p].append(node)
-    ready = deque(np.flatnonzero(waiting == 0).tolist())
-    order: list[int] = []
-    while ready:
-        node = ready.popleft()
-        order.append(node)
-        for f in followers[node]:
-            waiting[f] -= 1
-            if waiting[f] == 0:
-                ready.append(f)
-    if len(order) < n:
-        order += sorted(set(range(n)) - set(order))
-    return order
+    the run re-timed over every edge of its graph (:func:`.graph.retime`) with each interval's
+    own time multiplied by ``shrink`` (one factor per interval; 1 keeps it, 0 removes it: a
+    removed wait ends as it begins)."""
+    value = retime_graph(lanes.graph, shrink)
+    return value[0::2], value[1::2]
 
 
 def _step_durations(lanes: Lanes, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:

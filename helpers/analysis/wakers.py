@@ -147,21 +147,6 @@ def main_lane_issuers(
     return found
 
 
-def worker_gap(iv: IntervalArrays, row: int, issuers: dict[int, int]) -> tuple[str, int]:
-    """A worker lane's gap: ``issued`` by the next event's issuer, or ``queued`` behind the
-    lane's previous event when the issuer had finished before the gap began; ``work`` (the
-    lane's own idle time) when no issuer is found."""
-    nxt = row + 1
-    if nxt >= len(iv.lane) or iv.lane[nxt] != iv.lane[row]:
-        return "work", -1
-    issuer = issuers.get(int(iv.event[nxt]))
-    if issuer is None:
-        return "work", -1
-    if iv.end[issuer] <= iv.start[row]:
-        return "queued", row - 1
-    return "issued", issuer
-
-
 @dataclass
 class IntervalArrays:
     """The intervals' columns as arrays, for the loops that look at them one by one."""

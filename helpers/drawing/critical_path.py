@@ -10,6 +10,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..analysis.graph import dependency_names
 from ..traces.kinds import KIND_NAMES
 from .timeline import plot_rank_timeline, timeline_rows
 
@@ -19,7 +20,7 @@ PATH_COLOUR = "#000000"
 #: Segments that are the path's own time on a lane (work, transfer) are solid; those where a
 #: lane waits to be started or woken (launch, queue, wake-up, untraced) are dotted when they
 #: last at least this share of the step (shorter ones are drawn as part of the line).
-_DOTTED = ("untraced", "launch", "queue", "wake-up")
+_DOTTED = dependency_names(lambda d: d.dotted)
 DOTTED_FROM = 0.01
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
 from ..analysis.critical_path import path_of
+from ..analysis.graph import DEPENDENCIES
 from ..analysis.lanes import Lanes
 from ..drawing import plot_critical_path
 from .sections import Section, figure_png
@@ -21,7 +22,7 @@ LONG_STEP = 5.0
 #: The most ranks the section's figure draws: those the path visits in its step.
 FIGURE_RANKS = 6
 #: Kinds on the path that a what-if cannot remove by name: no event, or the collective itself.
-_NOT_REMOVABLE = ("untraced", "communication", "launch", "wake-up", "queue")
+_NOT_REMOVABLE = tuple(d.segment_kind for d in DEPENDENCIES if not d.removable and d.segment_kind)
 
 
 def held_section(
