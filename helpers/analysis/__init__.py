@@ -18,9 +18,11 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``rpc``: the node of each event of an RPC trace, the calls and the remote work they caused
   (and whether each call encloses it), parallel lanes.
 - ``overhead``: what profiling costs a training step.
-- ``lanes`` (with ``wakers``: what ended each wait), ``critical_path``, ``replay``: what held
-  each step (the chain of work across the ranks that decided when it ended) and what shortening
-  some of it would buy (a what-if, by re-timing the dependencies read in the traces);
+- ``lanes`` (every lane cut into intervals), ``graph`` (the dependencies between their moments,
+  one table of edges and one registry of the kinds of dependency; ``edges``: its builders, with
+  ``wakers``: what ended each wait), ``critical_path``, ``replay``: what held each step (the
+  chain of work across the ranks that decided when it ended) and what shortening some of it would
+  buy (a what-if, by re-timing the graph);
   ``path_by_rank``: the same path for a run
   too large to load whole, strung together from each rank's part of it.
 - ``rank_by_rank``: a run too large to load whole, summarised one rank at a time

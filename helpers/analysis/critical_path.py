@@ -34,13 +34,11 @@ import numpy as np
 import pandas as pd
 
 from ..traces.kinds import event_names
-from .graph import DEPENDENCIES, DEPENDENCY, Dependency, segment_kind
+from .graph import DEPENDENCIES, UNTRACED, UNTRACED_NAME, own_reason, segment_kind
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
 
-#: The reason of a stretch of a lane with no interval at all (before its first event).
-UNTRACED = "untraced"
 _COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank"]  # fmt: skip
 
 
@@ -69,8 +67,8 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
     pos = events.index.get_indexer(raw["label"].to_numpy())
     known = pos >= 0
-    names = np.where(known, event_names(events).to_numpy()[np.maximum(pos, 0)], "(untraced)")
-    kinds = np.where(known, events["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], "untraced")
+    names = np.where(known, event_names(events).to_numpy()[np.maximum(pos, 0)], UNTRACED_NAME)
+    kinds = np.where(known, events["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], UNTRACED)
     reason = raw["reason"].to_numpy()
     given = np.array([segment_kind(r) or "" for r in reason], dtype=object)  # by the dependency
     kinds = np.where(given != "", given, kinds)
@@ -181,14 +179,6 @@ class PathWalker:
         reason = DEPENDENCIES[self.dependency[row]].name
         rows.append((step, self.lane_of[here], label, max(begin, lo), t, reason, to_rank))
         return self.lane_of[here], begin
-
-
-def own_reason(dependency: Dependency, label: int) -> str:
-    """The reason of a segment of an interval's own time: its dependency's name where that is
-    own time, else (a wait taken as its own time) ``work`` for an event, ``untraced`` for a gap."""
-    if dependency.own_time:
-        return dependency.name
-    return DEPENDENCIES[DEPENDENCY["work" if label >= 0 else "untraced"]].name
 
 
 def step_windows(steps: pd.DataFrame) -> list[tuple[int, float, float]]:

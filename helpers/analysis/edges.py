@@ -69,7 +69,17 @@ def graph_of(lanes, ev: pd.DataFrame) -> Graph:
 def transfer_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
     """``transfer``: each matched collective's interval on one rank ends when the last rank has
     arrived, plus the collective's transfer: an edge from every rank's arrival (its interval's
-    start), in the order of the ranks' arrivals. Returns (rows decided, edges, rows queued)."""
+    start), in the order of the ranks' arrivals.
+
+    Args:
+        lanes: the run's lanes (:class:`.lanes.Lanes`), before their graph.
+        ev: their events.
+        arrays: their intervals, as arrays.
+        rows: the intervals this builder may decide.
+
+    Returns:
+        The intervals it decided, its edges, and the intervals to leave to a queue's own time.
+    """
     source, target, lag = [], [], []
     for instance, arrivals in lanes.arrivals.items():
         transfer = lanes.transfer_us[instance]
@@ -87,7 +97,17 @@ def worker_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
     event's issuer (the kernel's launch call, gloo's ``c10d::`` call; else the interval of its
     rank's main lane that held the moment it started) where the issuer ended after the gap began;
     ``queue`` where it had ended before (the lane's previous event held the gap). A gap with no
-    event after it, or an event with no issuer, is left to its own time."""
+    event after it, or an event with no issuer, is left to its own time.
+
+    Args:
+        lanes: the run's lanes (:class:`.lanes.Lanes`), before their graph.
+        ev: their events.
+        arrays: their intervals, as arrays.
+        rows: the intervals this builder may decide.
+
+    Returns:
+        The intervals it decided, its edges, and the intervals to leave to a queue's own time.
+    """
     issuers = worker_event_issuers(ev, lanes.intervals)
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
     main = {r: i for i, r, m in zip(lanes.lanes.index, lanes.lanes["rank"], lanes.lanes["main"]) if m}  # fmt: skip
@@ -109,7 +129,17 @@ def wake_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
     """``wake-up``: on a thread, each gap, annotation with nothing under it or CUDA
     synchronisation that ended when something on another lane of its rank ended (its waker,
     :func:`.wakers.find_wakers`; for a synchronisation, only work on a GPU): an edge from the
-    waker's end. The others are left to their own time."""
+    waker's end. The others are left to their own time.
+
+    Args:
+        lanes: the run's lanes (:class:`.lanes.Lanes`), before their graph.
+        ev: their events.
+        arrays: their intervals, as arrays.
+        rows: the intervals this builder may decide.
+
+    Returns:
+        The intervals it decided, its edges, and the intervals to leave to a queue's own time.
+    """
     if not len(rows):
         return rows, [], np.zeros(0, np.int64)
     ends = event_ends(lanes.intervals, ev, lanes.lanes["gpu"].to_numpy())

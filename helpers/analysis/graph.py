@@ -61,6 +61,10 @@ __all__ = [
     "retime",
     "dependency_names",
     "segment_kind",
+    "own_reason",
+    "UNTRACED",
+    "UNTRACED_NAME",
+    "COLLECTIVE_KIND",
 ]
 
 
@@ -115,6 +119,22 @@ DEPENDENCY: dict[str, int] = {d.name: code for code, d in enumerate(DEPENDENCIES
 #: The codes of the edges from an interval's own start to its end: its own time, or a wait's
 #: ``begin`` (an interval that a what-if removes keeps only this edge: it ends as it begins).
 OWN_EDGES = [c for c, d in enumerate(DEPENDENCIES) if d.own_time or d.name == "begin"]
+
+
+#: The reason, and the kind, of a stretch of a lane with no event; and the name the path gives it.
+UNTRACED = "untraced"
+UNTRACED_NAME = "(untraced)"
+#: The kind of a collective's segment on the path (the dependency that ends when the last of
+#: several ranks arrived).
+COLLECTIVE_KIND = next(d.segment_kind for d in DEPENDENCIES if d.collective)
+
+
+def own_reason(dependency: Dependency, label: int) -> str:
+    """The reason of a segment of an interval's own time: its dependency's name where that is
+    own time, else (a wait taken as its own time) ``work`` for an event, ``untraced`` for a gap."""
+    if dependency.own_time:
+        return dependency.name
+    return "work" if label >= 0 else UNTRACED
 
 
 def segment_kind(reason: str) -> str | None:
@@ -198,7 +218,16 @@ def binding_edges(source, target, dependency, lag, time, rank) -> np.ndarray:
     """Per node, the edge that decided it at the measured times: the one whose source arrived
     last (its time plus the lag), ties going to a source on the node's own rank (clocks of two
     machines may disagree by more than the gap), then to the dependency listed first in
-    :data:`DEPENDENCIES`; -1 for a node without edges."""
+    :data:`DEPENDENCIES`; -1 for a node without edges.
+
+    Args:
+        source: each edge's source node.
+        target: each edge's target node.
+        dependency: each edge's dependency code.
+        lag: each edge's lag (µs).
+        time: each node's measured time (µs).
+        rank: each node's rank.
+    """
     binding = np.full(len(time), -1, dtype=np.int64)
     if not len(source):
         return binding

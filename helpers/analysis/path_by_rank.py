@@ -22,8 +22,8 @@ from pandas.api.types import union_categoricals
 
 from ..traces.kinds import event_names
 from .collectives import matched_collectives, on_every_rank
-from .critical_path import UNTRACED, PathWalker, step_windows
-from .graph import DEPENDENCIES, segment_kind
+from .critical_path import PathWalker, step_windows
+from .graph import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLUMNS"]
@@ -110,7 +110,7 @@ def _namer(events: pd.DataFrame):
     def name(label: int, reason: str) -> tuple[str, str]:
         at = index.get(label, -1)
         kind = segment_kind(reason) or (kinds[at] if at >= 0 else UNTRACED)
-        return kind, (names[at] if at >= 0 else "(untraced)")
+        return kind, (names[at] if at >= 0 else UNTRACED_NAME)
 
     return name
 
@@ -157,7 +157,7 @@ def _pieces(rank, walks, cuts, walker, lanes, name) -> pd.DataFrame:
             for _, _, label, s, e, reason, _ in piece:
                 k = name(label, reason)
                 sums[k] = sums.get(k, 0.0) + (e - s)
-            for (kind, nm), us in (sums or {("untraced", "(untraced)"): 0.0}).items():
+            for (kind, nm), us in (sums or {(UNTRACED, UNTRACED_NAME): 0.0}).items():
                 rows.append((rank, number, begin, origin, step, key, index, start_t, stop, *then, kind, nm, us))  # fmt: skip
             start_t = stop
     numbers = dict.fromkeys(["rank", "walk", "begin", "step", "index", "to_walk", "to_begin", "to_index"], "int32")  # fmt: skip
@@ -253,7 +253,7 @@ class _Links:
             else:
                 break  # the rank's trace begins
         if t > lo:
-            _add(totals, (rank, "untraced", "(untraced)"), step, t - lo)
+            _add(totals, (rank, UNTRACED, UNTRACED_NAME), step, t - lo)
 
     def _across(self, totals: dict, step: int, rank: int, key: str, index: int, t: float, lo: float) -> tuple[int, float]:  # fmt: skip
         """The collective ``key``/``index`` that ``rank``'s walk reached at ``t``: its transfer
@@ -268,7 +268,7 @@ class _Links:
         begin = min(self.arrive.get((key, index, last), mine), t)
         if last == rank or begin <= mine:
             last, begin = rank, mine
-        _add(totals, (last, "communication", self.names_of.get((key, index), key)), step, t - max(begin, lo))  # fmt: skip
+        _add(totals, (last, COLLECTIVE_KIND, self.names_of.get((key, index), key)), step, t - max(begin, lo))  # fmt: skip
         return last, begin
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
 from ..analysis.critical_path import path_of
-from ..analysis.graph import DEPENDENCIES
+from ..analysis.graph import DEPENDENCIES, UNTRACED
 from ..analysis.lanes import Lanes
 from ..drawing import plot_critical_path
 from .sections import Section, figure_png
@@ -121,7 +121,7 @@ def _what_if(events: pd.DataFrame, lanes: Lanes, top: pd.Series, median_ms: floa
         return (
             f"A what-if cannot remove it by name ({top['kind']}: "
             + ("no event recorded it; with_stack=True shows the Python that ran there)."
-               if top["kind"] == "untraced" else "a collective's own time or a thread's "
+               if top["kind"] == UNTRACED else "a collective's own time or a thread's "
                "start, set by what comes before it).")
         )  # fmt: skip
     predicted = what_if(events, rank, f"^{re.escape(name)}$", lanes=lanes)

@@ -1,0 +1,206 @@
+"""The dependency graph under the critical path (helpers/analysis/graph.py and edges.py), as a
+specification: each builder's edges on tiny traces, the rules of the graph (the last arrival
+binds, the replay keeps every constraint), and one registry that alone interprets them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, complete_event, trace_doc, write_doc
+from helpers.analysis.graph import DEPENDENCIES, DEPENDENCY, Edges, Graph, retime
+from helpers.analysis.lanes import lane_intervals
+from helpers.traces import load_run
+
+MAIN, GLOO, STREAM = 1, 2, 7  # the main thread, gloo's thread, a GPU stream
+
+
+def step(ts, dur, number=1):
+    return complete_event(f"ProfilerStep#{number}", ts, dur, cat="user_annotation", pid=100, tid=MAIN)  # fmt: skip
+
+
+def op(name, ts, dur, tid=MAIN, cat="cpu_op", **args):
+    return complete_event(name, ts, dur, cat=cat, pid=100, tid=tid, **args)
+
+
+def kernel(name, ts, dur, correlation):
+    return complete_event(name, ts, dur, cat="kernel", pid=0, tid=STREAM, correlation=correlation, stream=STREAM, device=0)  # fmt: skip
+
+
+def launch(ts, dur, correlation):
+    return op("cudaLaunchKernel", ts, dur, cat="cuda_runtime", correlation=correlation)
+
+
+def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str | None) -> set:
+    """The edges of ``dependency`` in the graph of a run whose rank r holds ``ranks[r]`` (only
+    those into the lane ``into``, when given), each as ``(source, target, lag)`` with a node
+    written ``"r<rank> <event>.<start|end>"`` (``gap`` for an interval with no event) and the
+    lag rounded to µs."""
+    for rank, events in ranks.items():
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
+    events = load_run(tmp_path, cache=False).events
+    lanes = lane_intervals(events)
+    iv, graph = lanes.intervals, lanes.graph
+    names = events["name"].astype(str)
+
+    def node(n: int) -> str:
+        label, rank = int(iv["event"].iat[n // 2]), int(iv["rank"].iat[n // 2])
+        what = names.get(label, "gap") if label >= 0 else "gap"
+        return f"r{rank} {what}.{'end' if n % 2 else 'start'}"
+
+    lane = lanes.lanes["lane"].to_numpy()[iv["lane_id"].to_numpy()[graph.target // 2]]
+    mine = np.flatnonzero((graph.dependency == DEPENDENCY[dependency]) & ((lane == into) | (into is None)))  # fmt: skip
+    return {(node(graph.source[e]), node(graph.target[e]), round(float(graph.lag[e]))) for e in mine}  # fmt: skip
+
+
+#: Per case: the ranks' events, the dependency looked at (into the lane named, where one is),
+#: and the edges it must have.
+BUILDERS = {
+    "transfer: an edge from each rank's arrival, its lag the shortest duration": (
+        {0: [step(0, 900), op("aten::mm", 0, 300), op("gloo:all_reduce", 300, 500, tid=GLOO, cat="user_annotation")],  # fmt: skip
+         1: [step(0, 900), op("aten::mm", 0, 600), op("gloo:all_reduce", 600, 200, tid=GLOO, cat="user_annotation")]},  # fmt: skip
+        ("transfer", None),
+        {("r0 gloo:all_reduce.start", "r0 gloo:all_reduce.end", 200),
+         ("r1 gloo:all_reduce.start", "r0 gloo:all_reduce.end", 200),
+         ("r0 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200),
+         ("r1 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200)},
+    ),
+    "wake-up: a thread's gap ends when gloo's thread ends its collective": (
+        {0: [step(0, 1000), op("aten::mm", 0, 100), op("gloo:all_reduce", 100, 700, tid=GLOO, cat="user_annotation"),  # fmt: skip
+             op("aten::add", 805, 195)]},
+        ("wake-up", "thread 1"),
+        {("r0 gloo:all_reduce.end", "r0 gap.end", 5)},
+    ),
+    "wake-up: an end 4 ms before a gap's end is too far to wake it": (
+        {0: [step(0, 20_000), op("aten::mm", 0, 100), op("aten::relu", 2_000, 14_000, tid=GLOO),
+             op("aten::add", 20_000 - 1, 1)]},
+        ("wake-up", "thread 1"),
+        set(),
+    ),
+    "launch: a stream's gap ends when the kernel's launch call ends": (
+        {0: [step(0, 1000), launch(0, 10, 1), launch(300, 20, 2), op("cudaDeviceSynchronize", 320, 680, cat="cuda_runtime"),  # fmt: skip
+             kernel("gemm", 15, 100, 1), kernel("relu", 330, 600, 2)]},
+        ("launch", None),
+        {("r0 cudaLaunchKernel.end", "r0 gap.end", 5), ("r0 cudaLaunchKernel.end", "r0 gap.end", 10)},  # fmt: skip
+    ),
+    "queue: a kernel launched while the stream was busy waits behind the one before": (
+        {0: [step(0, 1000), launch(0, 10, 1), launch(20, 10, 2), op("cudaDeviceSynchronize", 30, 970, cat="cuda_runtime"),  # fmt: skip
+             kernel("gemm", 15, 500, 1), kernel("relu", 520, 400, 2)]},
+        ("queue", None),
+        {("r0 gap.start", "r0 gap.end", 5)},
+    ),
+    "untraced: a gap nothing ended is the thread's own time": (
+        {0: [step(0, 1000), op("aten::mm", 0, 300), op("aten::add", 800, 200)]},
+        ("untraced", None),
+        {("r0 gap.start", "r0 gap.end", 500)},
+    ),
+    "work: an op's own time, less what it encloses": (
+        {0: [step(0, 1000), op("aten::linear", 0, 1000), op("aten::mm", 100, 600)]},
+        ("work", None),
+        {("r0 aten::linear.start", "r0 aten::linear.end", 100), ("r0 aten::mm.start", "r0 aten::mm.end", 600),  # fmt: skip
+         ("r0 aten::linear.start", "r0 aten::linear.end", 300)},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("ranks, looked_at, expected", BUILDERS.values(), ids=BUILDERS.keys())
+def test_each_builder_gives_the_edges_of_its_dependency(tmp_path, ranks, looked_at, expected):
+    assert edges_of(tmp_path, ranks, *looked_at) == expected
+
+
+def test_every_interval_ends_after_its_own_start_and_starts_where_the_one_before_ended(tmp_path):
+    write_doc(tmp_path / "rank0.json", trace_doc([step(0, 1000), op("aten::mm", 100, 300)]))
+    graph = lane_intervals(load_run(tmp_path, cache=False).events).graph
+    n = len(graph.time) // 2
+    own = [DEPENDENCY[d.name] for d in DEPENDENCIES if d.own_time or d.name == "begin"]
+    from_own_start = np.isin(graph.dependency, own) & (graph.source == graph.target - 1)
+    assert sorted(graph.target[from_own_start].tolist()) == [2 * i + 1 for i in range(n)]
+    order = graph.dependency == DEPENDENCY["lane order"]
+    assert (graph.source[order] + 1 == graph.target[order]).all()
+
+
+def _graph(parts: list[Edges], starts, ends, ranks=None) -> Graph:
+    ranks = np.zeros(len(starts), dtype=np.int64) if ranks is None else np.asarray(ranks)
+    return Graph.of(parts, np.asarray(starts, float), np.asarray(ends, float), ranks)
+
+
+def _own(rows, starts, ends, name="work") -> Edges:
+    rows = np.asarray(rows)
+    return Edges.of(2 * rows, 2 * rows + 1, name, np.asarray(ends)[rows] - np.asarray(starts)[rows])  # fmt: skip
+
+
+def test_the_last_arrival_binds_a_node_that_waited_for_two(tmp_path):
+    # intervals 0 and 1 are work on two lanes, ending at 10 and 8; 2 waited for both, ends at 12
+    starts, ends = [0, 0, 5], [10, 8, 12]
+    waits = Edges.of([1, 3], [5, 5], "wake-up", [2, 4])
+    graph = _graph([_own([0, 1], starts, ends), waits, Edges.of([4], [5], "begin", 0.0)], starts, ends)  # fmt: skip
+    assert graph.source[graph.binding[5]] == 1  # the end of interval 0, the later of the two
+
+
+def test_a_tie_goes_to_the_nodes_own_rank():
+    # a collective on ranks 0 and 1 whose arrivals tie: each rank's end is bound by its own
+    starts, ends = [0, 0], [5, 5]
+    arrivals = Edges.of([0, 2, 0, 2], [1, 1, 3, 3], "transfer", 5.0)
+    graph = _graph([arrivals], starts, ends, ranks=[0, 1])
+    assert graph.source[graph.binding[1]] == 0 and graph.source[graph.binding[3]] == 2
+
+
+def test_the_replay_keeps_every_constraint_when_the_binding_one_shrinks():
+    # interval 2 waits for the ends of 0 (at 10) and 1 (at 8): without 0's work it waits for 1
+    starts, ends = [0, 0, 5], [10, 8, 12]
+    parts = [_own([0, 1], starts, ends), Edges.of([1, 3], [5, 5], "wake-up", [2, 2]), Edges.of([4], [5], "begin", 0.0)]  # fmt: skip
+    graph = _graph(parts, starts, ends)
+    assert retime(graph)[5] == 12
+    assert retime(graph, np.array([0.0, 1.0, 1.0]))[5] == 10  # 8 + 2, no longer 0 + 2
+
+
+def test_an_interval_a_what_if_removes_ends_as_it_begins():
+    starts, ends = [0, 4], [4, 9]
+    parts = [_own([0], starts, ends), Edges.of([1], [3], "wake-up", [5]), Edges.of([2], [3], "begin", 0.0),  # fmt: skip
+             Edges.of([1], [2], "lane order", 0.0)]  # fmt: skip
+    value = retime(_graph(parts, starts, ends), np.array([1.0, 0.0]))
+    assert value[3] == value[2] == 4
+
+
+def test_nodes_in_a_cycle_keep_their_measured_times():
+    starts, ends = [0, 0], [5, 6]
+    parts = [Edges.of([3], [1], "wake-up", [-1]), Edges.of([1], [3], "wake-up", [1])]
+    assert retime(_graph(parts, starts, ends)).tolist() == [0, 5, 0, 6]
+
+
+#: Modules that may name a dependency: the registry and the builders.
+REGISTRY = {"graph.py", "edges.py"}
+
+
+def _interpreted_names(path: Path) -> list[str]:
+    """Dependency names the module compares something with (``reason == "launch"``,
+    ``rule in ("work", "queue")``, ``.isin(["wake-up"])``), with their line."""
+    names = {d.name for d in DEPENDENCIES}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "isin":
+            operands = list(node.args)
+        else:
+            continue
+        for operand in operands:
+            leaves = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]  # fmt: skip
+            for leaf in leaves:
+                if isinstance(leaf, ast.Constant) and leaf.value in names:
+                    found.append(f"{path.name}:{leaf.lineno} {leaf.value!r}")
+    return found
+
+
+def test_no_module_but_the_registry_interprets_a_dependency_by_its_name():
+    modules = [p for p in (REPO / "helpers").rglob("*.py") if p.name not in REGISTRY]
+    assert [hit for p in modules for hit in _interpreted_names(p)] == []
+
+
+def test_the_check_finds_a_dependency_interpreted_by_name(tmp_path):
+    module = tmp_path / "walker.py"
+    module.write_text('if reason == "wake-up" or rule in ("queue", "x"):\n    pass\n')
+    assert _interpreted_names(module) == ["walker.py:1 'wake-up'", "walker.py:1 'queue'"]
