@@ -30,6 +30,8 @@ on one time axis: ranks of one machine share a clock; across machines, correct t
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 import pandas as pd
 
@@ -96,24 +98,27 @@ class PathWalker:
     def __init__(self, lanes: Lanes):
         self.lanes, iv, graph = lanes, lanes.intervals, lanes.graph
         lane_ids = iv["lane_id"].to_numpy()
-        self.first = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="left")
-        self.past = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="right")
-        self.starts, self.ends = iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
-        self.label, self.rank = iv["event"].to_numpy(), iv["rank"].to_numpy()
+        # plain lists: the walk reads them one value at a time
+        self.first = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="left").tolist()
+        self.past = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="right").tolist()
+        self.starts, self.ends = iv["start_us"].tolist(), iv["end_us"].tolist()
+        self.label, self.rank = iv["event"].tolist(), iv["rank"].tolist()
         binding = graph.binding[1::2]  # each interval's end: the edge that decided it
         self.dependency = graph.dependency[binding].tolist()
-        self.source = graph.source[binding]  # the node it waited for
-        self.there = graph.time[self.source]  # when that node happened
-        self.source //= 2  # the interval of that node
-        self.lane_of = lane_ids
+        source = graph.source[binding]  # the node it waited for
+        self.there = graph.time[source].tolist()  # when that node happened
+        self.source = (source // 2).tolist()  # the interval of that node
+        self.lane_of = lane_ids.tolist()
+        #: per dependency code: its own time?, a collective?, named after the next event?, name
+        self.rules = [(d.own_time, d.collective, d.names_next, d.name) for d in DEPENDENCIES]
         main = lanes.lanes[lanes.lanes["main"]]
         self.main = {int(r): int(i) for i, r in zip(main.index, main["rank"])}
 
     def row_at(self, lane: int, t: float) -> int:
         """The interval of ``lane`` that holds the moment just before ``t`` (-1: none)."""
-        lo, hi = self.first[lane], self.past[lane]
-        i = lo + np.searchsorted(self.starts[lo:hi], t, side="left") - 1
-        return int(i) if i >= lo else -1
+        lo = self.first[lane]
+        i = bisect_left(self.starts, t, lo, self.past[lane]) - 1
+        return i if i >= lo else -1
 
     def step(self, step: int, lo: float, hi: float) -> list[tuple]:
         """The path of one step over its window ``(lo, hi]``, in time order: ``(step, lane_id,
@@ -156,19 +161,19 @@ class PathWalker:
         """Add what held ``row``'s lane until ``t`` (its binding edge); return where the walk
         goes on."""
         lane, start, label = self.lane_of[row], self.starts[row], self.label[row]
-        dependency = DEPENDENCIES[self.dependency[row]]
-        if stuck or dependency.own_time:  # its own time (a walk in a cycle takes it as such)
-            reason = own_reason(dependency, label)
-            rows.append((step, lane, label, max(start, lo), t, reason, None))
+        own, collective, names_next, name = self.rules[self.dependency[row]]
+        if stuck or own:  # its own time (a walk in a cycle takes it as such)
+            reason = name if own else own_reason(DEPENDENCIES[self.dependency[row]], label)
+            rows.append((step, lane, label, start if start > lo else lo, t, reason, None))
             return lane, start
-        if dependency.collective:
+        if collective:
             return self.collective(step, row, t, lo, rows)
         there = self.there[row]
         if there < t:
-            if dependency.names_next and row + 1 < len(self.label):
+            if names_next and row + 1 < len(self.label):
                 label = self.label[row + 1]  # the launch of what starts after the gap
-            rows.append((step, lane, label, max(there, lo), t, dependency.name, None))
-        return self.lane_of[self.source[row]], min(there, t)
+            rows.append((step, lane, label, there if there > lo else lo, t, name, None))
+        return self.lane_of[self.source[row]], (there if there < t else t)
 
     def collective(self, step: int, row: int, t: float, lo: float, rows: list):
         """A collective: its transfer, from the last arrival on, then that rank's way to it."""
@@ -176,7 +181,7 @@ class PathWalker:
         last = self.source[row]  # the last arrival (its own, where it arrived last)
         begin = min(self.there[row], t)
         here, to_rank = (last, int(self.rank[row])) if last != row else (row, None)
-        reason = DEPENDENCIES[self.dependency[row]].name
+        reason = self.rules[self.dependency[row]][3]
         rows.append((step, self.lane_of[here], label, max(begin, lo), t, reason, to_rank))
         return self.lane_of[here], begin
 

@@ -23,7 +23,7 @@ from pandas.api.types import union_categoricals
 from ..traces.kinds import event_names
 from .collectives import matched_collectives, on_every_rank
 from .critical_path import PathWalker, step_windows
-from .graph import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
+from .graph import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, latest, segment_kind
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLUMNS"]
@@ -98,21 +98,19 @@ def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
         if stopped is not None and stopped[2] == "join":
             joined, at, _ = walker.owner[stopped[0]]
             cuts.setdefault(joined, set()).add((at, stopped[1]))
-    return _pieces(rank, walks, cuts, walker, lanes, _namer(events))
+    return _pieces(rank, walks, cuts, walker, lanes, events)
 
 
-def _namer(events: pd.DataFrame):
-    """``(kind, name)`` of a segment, by its label, as :func:`helpers.critical_path` names it."""
-    names = event_names(events).to_numpy()
-    kinds = events["kind"].astype(str).to_numpy()
-    index = {label: i for i, label in enumerate(events.index)}
-
-    def name(label: int, reason: str) -> tuple[str, str]:
-        at = index.get(label, -1)
-        kind = segment_kind(reason) or (kinds[at] if at >= 0 else UNTRACED)
-        return kind, (names[at] if at >= 0 else UNTRACED_NAME)
-
-    return name
+def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Each segment's ``(kind, name)``, by its event's label and its reason, as
+    :func:`helpers.critical_path` names them."""
+    pos = events.index.get_indexer(labels)
+    known = pos >= 0
+    at = np.maximum(pos, 0)
+    kinds = np.where(known, events["kind"].astype(str).to_numpy()[at], UNTRACED)
+    given = pd.Series(reasons).map(segment_kind).to_numpy()  # the dependency's own kind
+    kinds = np.where(pd.isna(given), kinds, given)
+    return kinds, np.where(known, event_names(events).to_numpy()[at], UNTRACED_NAME)
 
 
 def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> list[tuple]:
@@ -134,12 +132,12 @@ def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> 
     return pieces
 
 
-def _pieces(rank, walks, cuts, walker, lanes, name) -> pd.DataFrame:
+def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
     """The walks cut where later walks joined them, each piece summed per (kind, name), with
     what follows it (:data:`CHAIN_COLUMNS`)."""
     order = {n: sorted(c, key=lambda c: (c[0], -c[1])) for n, c in cuts.items()}
     piece_of = {(n, c): i + 1 for n, cs in order.items() for i, c in enumerate(cs)}
-    rows = []
+    heads, of_piece, labels, reasons, us = [], [], [], [], []
     for number, ((origin, step, key, index, t), segments, stopped) in enumerate(walks):
         end = stopped[1] if stopped is not None else segments[-1][3] if segments else t
         pieces = _split(segments, order.get(number, []), end)
@@ -153,15 +151,24 @@ def _pieces(rank, walks, cuts, walker, lanes, name) -> pd.DataFrame:
                 then = (joined, piece_of[(joined, (at, stopped[1]))], "", -1)
             elif stopped is not None:
                 then = (-1, -1, *lanes.keys[stopped[0]])
-            sums: dict[tuple[str, str], float] = {}
-            for _, _, label, s, e, reason, _ in piece:
-                k = name(label, reason)
-                sums[k] = sums.get(k, 0.0) + (e - s)
-            for (kind, nm), us in (sums or {(UNTRACED, UNTRACED_NAME): 0.0}).items():
-                rows.append((rank, number, begin, origin, step, key, index, start_t, stop, *then, kind, nm, us))  # fmt: skip
+            piece = piece or [(0, 0, -1, 0.0, 0.0, UNTRACED, None)]  # nothing: untraced, 0 µs
+            of_piece += [len(heads)] * len(piece)
+            labels += [s[2] for s in piece]
+            reasons += [s[5] for s in piece]
+            us += [s[4] - s[3] for s in piece]
+            heads.append((rank, number, begin, origin, step, key, index, start_t, stop, *then))
             start_t = stop
+    kinds, names = _named(events, np.asarray(labels, dtype=np.int64), np.asarray(reasons, dtype=object))  # fmt: skip
+    sums = (
+        pd.DataFrame({"piece": of_piece, "kind": kinds, "name": names, "us": us})
+        .groupby(["piece", "kind", "name"], sort=False)["us"]
+        .sum()
+        .reset_index()
+    )
+    head = pd.DataFrame(heads, columns=CHAIN_COLUMNS[:13]).iloc[sums["piece"].to_numpy()]
+    rows = head.reset_index(drop=True).assign(kind=sums["kind"], name=sums["name"], us=sums["us"])
     numbers = dict.fromkeys(["rank", "walk", "begin", "step", "index", "to_walk", "to_begin", "to_index"], "int32")  # fmt: skip
-    return pd.DataFrame(rows, columns=CHAIN_COLUMNS).astype({**dict.fromkeys(_TEXT, "category"), **numbers})  # fmt: skip
+    return rows[CHAIN_COLUMNS].astype({**dict.fromkeys(_TEXT, "category"), **numbers})
 
 
 def concat_chains(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
@@ -264,7 +271,11 @@ class _Links:
         alone = float(self.head["start_us"][self.chain_of[(rank, walk, 0)]]) if walk >= 0 else t
         mine = min(self.arrive.get((key, index, rank), alone), t)
         walked = [int(r) for r in self.ranks_of.get((key, index), []) if (int(r), key, index) in self.at_arrival]  # fmt: skip
-        last = max(walked, key=lambda r: self.arrive[(key, index, r)], default=rank)
+        last = rank
+        if walked:  # the last arrival decides, as in the graph (ties: this rank)
+            times = np.array([self.arrive[(key, index, r)] for r in walked])
+            others = np.array([r != rank for r in walked], dtype=np.int64)
+            last = walked[int(latest(times, np.zeros(len(walked), np.int64), others)[0])]
         begin = min(self.arrive.get((key, index, last), mine), t)
         if last == rank or begin <= mine:
             last, begin = rank, mine

@@ -131,19 +131,18 @@ def main_lane_issuers(
         ``issuers`` with the missing ones added.
     """
     found = dict(issuers)
-    starts = iv.start
-    rows_of: dict[int, np.ndarray] = {}
-    for row in np.flatnonzero(worker & (iv.event >= 0)):
-        label = int(iv.event[row])
-        lane = main.get(iv.rank[row])
-        if label in found or lane is None:
-            continue
-        mine = rows_of.get(lane)
-        if mine is None:
-            mine = rows_of[lane] = np.flatnonzero(iv.lane == lane)
-        at = np.searchsorted(starts[mine], starts[row], side="left") - 1
-        if at >= 0:
-            found[label] = int(mine[at])
+    rows = np.flatnonzero(worker & (iv.event >= 0))
+    labels, first = np.unique(iv.event[rows], return_index=True)  # an event's first interval
+    rows = rows[first]
+    lanes = np.array([main.get(r, -1) for r in iv.rank[rows].tolist()], dtype=np.int64)
+    missing = np.array([label not in found for label in labels.tolist()], dtype=bool)
+    rows, labels, lanes = rows[missing & (lanes >= 0)], labels[missing & (lanes >= 0)], lanes[missing & (lanes >= 0)]  # fmt: skip
+    for lane in np.unique(lanes):
+        mine = np.flatnonzero(iv.lane == lane)
+        wanted = lanes == lane
+        at = np.searchsorted(iv.start[mine], iv.start[rows[wanted]], side="left") - 1
+        held = at >= 0
+        found.update(zip(labels[wanted][held].tolist(), mine[at[held]].tolist()))
     return found
 
 
