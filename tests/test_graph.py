@@ -8,11 +8,14 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import REPO, complete_event, trace_doc, write_doc
 from helpers.analysis.graph import DEPENDENCIES, DEPENDENCY, Edges, Graph, retime
-from helpers.analysis.lanes import lane_intervals
+from helpers.analysis.lanes import _flatten, lane_intervals
 from helpers.traces import load_run
 
 MAIN, GLOO, STREAM = 1, 2, 7  # the main thread, gloo's thread, a GPU stream
@@ -204,3 +207,43 @@ def test_the_check_finds_a_dependency_interpreted_by_name(tmp_path):
     module = tmp_path / "walker.py"
     module.write_text('if reason == "wake-up" or rule in ("queue", "x"):\n    pass\n')
     assert _interpreted_names(module) == ["walker.py:1 'wake-up'", "walker.py:1 'queue'"]
+
+
+def _stacked(events: list[tuple[float, float]], begin: float, finish: float) -> list[tuple]:
+    """The reference: a lane's intervals as a stack of its events gives them (push each at its
+    start, the top labels the time until it ends), ``(start, end, event)``; -1 for a gap."""
+    order = sorted(range(len(events)), key=lambda i: (events[i][0], -events[i][1]))
+    out, stack = [], []
+    cursor = min(events[order[0]][0], begin)
+
+    def advance(to):
+        nonlocal cursor
+        while cursor < to:
+            while stack and events[stack[-1]][1] <= cursor:
+                stack.pop()
+            stop = min(to, events[stack[-1]][1]) if stack else to
+            label = stack[-1] if stack else -1
+            if out and out[-1][2] == label:
+                out[-1] = (out[-1][0], stop, label)
+            else:
+                out.append((cursor, stop, label))
+            cursor = stop
+
+    for i in order:
+        advance(events[i][0])
+        stack.append(i)
+    advance(max(max(e for _, e in events), finish))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12)), min_size=1, max_size=14),
+    st.integers(0, 10),
+    st.integers(10, 40),
+)
+def test_a_lanes_intervals_are_labelled_by_the_event_on_top_of_its_stack(spans, begin, finish):
+    events = [(float(s), float(s + d)) for s, d in spans]
+    frame = pd.DataFrame({"start_us": [s for s, _ in events], "end_us": [e for _, e in events]})
+    got = _flatten(frame, frame.index[:0], float(begin), float(finish))
+    assert list(zip(got["start_us"], got["end_us"], got["event"])) == _stacked(events, begin, finish)  # fmt: skip

@@ -152,32 +152,40 @@ def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> 
     order = np.lexsort((-ev["end_us"].to_numpy(), ev["start_us"].to_numpy()))
     starts, ends = ev["start_us"].to_numpy()[order], ev["end_us"].to_numpy()[order]
     labels = ev.index.to_numpy()[order]
-    out_s: list[float] = []
-    out_e: list[float] = []
-    out_l: list[int] = []
-    stack: list[int] = []
-    cursor = float(min(starts[0], begin))
+    first, last = min(starts[0], begin), max(ends.max(), finish)
+    bounds = np.unique(np.concatenate([starts, ends, [first, last]]))
+    at = _covering(starts, ends, bounds[:-1], _parents(starts, ends))
+    label = np.where(at >= 0, labels[np.maximum(at, 0)], -1)
+    new = np.r_[True, label[1:] != label[:-1]] if len(label) else np.zeros(0, dtype=bool)
+    begins = bounds[:-1][new]
+    return pd.DataFrame({"start_us": begins, "end_us": np.r_[begins[1:], last][: len(begins)], "event": label[new]})  # fmt: skip
 
-    def advance(to: float) -> None:
-        nonlocal cursor
-        while cursor < to:
-            while stack and ends[stack[-1]] <= cursor:
-                stack.pop()
-            stop = min(to, ends[stack[-1]]) if stack else to
-            label = int(labels[stack[-1]]) if stack else -1
-            if out_l and out_l[-1] == label and out_e[-1] == cursor:
-                out_e[-1] = stop
-            else:
-                out_s.append(cursor)
-                out_e.append(stop)
-                out_l.append(label)
-            cursor = stop
 
-    for i in range(len(starts)):
-        advance(starts[i])
-        stack.append(i)
-    advance(float(max(ends.max(), finish)))
-    return pd.DataFrame({"start_us": out_s, "end_us": out_e, "event": out_l})
+def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each event (sorted by start, then longest first), the last one before it that had not
+    ended when it began (-1: none): where the walk down a stack of events goes when it ends.
+    Found for all at once by jumping along the parents found so far, each jump past events that
+    had ended."""
+    cand = np.arange(len(starts)) - 1
+    while True:
+        at = np.maximum(cand, 0)
+        ended = (cand >= 0) & (ends[at] <= starts)
+        if not ended.any():
+            return cand
+        cand = np.where(ended, cand[at], cand)
+
+
+def _covering(starts: np.ndarray, ends: np.ndarray, moments: np.ndarray, parent: np.ndarray) -> np.ndarray:  # fmt: skip
+    """For each of ``moments``, the last event (in ``starts``' order) that covers it: begun at
+    or before it, not yet ended (-1: none). The innermost of nested events; of events that
+    overlap without nesting, the one begun last, as a stack of them would have it on top."""
+    cand = np.searchsorted(starts, moments, side="right") - 1
+    while True:
+        at = np.maximum(cand, 0)
+        ended = (cand >= 0) & (ends[at] <= moments)
+        if not ended.any():
+            return cand
+        cand = np.where(ended, parent[at], cand)
 
 
 def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
