@@ -30,7 +30,7 @@ on one time axis: ranks of one machine share a clock; across machines, correct t
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 import pandas as pd
@@ -111,6 +111,11 @@ class PathWalker:
         self.lane_of = lane_ids.tolist()
         #: per dependency code: its own time?, a collective?, named after the next event?, name
         self.rules = [(d.own_time, d.collective, d.names_next, d.name) for d in DEPENDENCIES]
+        own = np.array([DEPENDENCIES[d].own_time for d in self.dependency], dtype=bool)
+        self.own_name = [self.rules[d][3] if o else None for d, o in zip(self.dependency, own)]
+        # the first row of each run of own time on a lane, that a walk takes in one go
+        fresh = np.r_[True, (lane_ids[1:] != lane_ids[:-1]) | ~own[:-1]]
+        self.run_first = np.maximum.accumulate(np.where(fresh, np.arange(len(own)), 0)).tolist()
         main = lanes.lanes[lanes.lanes["main"]]
         self.main = {int(r): int(i) for i, r in zip(main.index, main["rank"])}
 
@@ -160,6 +165,8 @@ class PathWalker:
     def take(self, step: int, row: int, t: float, lo: float, rows: list, stuck: bool):
         """Add what held ``row``'s lane until ``t`` (its binding edge); return where the walk
         goes on."""
+        if self.own_name[row] is not None and not stuck:
+            return self.descend(step, row, t, lo, rows)
         lane, start, label = self.lane_of[row], self.starts[row], self.label[row]
         own, collective, names_next, name = self.rules[self.dependency[row]]
         if stuck or own:  # its own time (a walk in a cycle takes it as such)
@@ -174,6 +181,18 @@ class PathWalker:
                 label = self.label[row + 1]  # the launch of what starts after the gap
             rows.append((step, lane, label, there if there > lo else lo, t, name, None))
         return self.lane_of[self.source[row]], (there if there < t else t)
+
+    def descend(self, step: int, row: int, t: float, lo: float, rows: list):
+        """``row`` and the rows before it on its lane that are own time too, down to ``lo``:
+        each its own time, the walk going on where the last began."""
+        lane = self.lane_of[row]
+        last = max(self.run_first[row], bisect_right(self.starts, lo, self.first[lane], row + 1) - 1)  # fmt: skip
+        starts, label, own_name = self.starts, self.label, self.own_name
+        for r in range(row, last - 1, -1):
+            start = starts[r]
+            rows.append((step, lane, label[r], start if start > lo else lo, t, own_name[r], None))
+            t = start
+        return lane, t
 
     def collective(self, step: int, row: int, t: float, lo: float, rows: list):
         """A collective: its transfer, from the last arrival on, then that rank's way to it."""

@@ -14,6 +14,7 @@ at once; a chain that starts before a step's window is counted in proportion to 
 from __future__ import annotations
 
 import warnings
+from bisect import bisect_right
 from collections.abc import Collection, Sequence
 
 import numpy as np
@@ -57,6 +58,26 @@ class _RankWalker(PathWalker):
             rows += [(*s[:3], max(s[3], owned[2]), *s[4:]) for s in mine if s[4] > owned[2]]
             return (row, min(t, owned[2]), "join")
         return super().take(step, row, t, lo, rows, stuck)
+
+    def descend(self, step, row, t, lo, rows):
+        """The base walk's run of own time, each row owned by this walk unless an earlier walk
+        owns it: there this one joins it (own time goes on the same way from any moment)."""
+        lane = self.lane_of[row]
+        last = max(self.run_first[row], bisect_right(self.starts, lo, self.first[lane], row + 1) - 1)  # fmt: skip
+        starts, label, own_name, owner, chain = self.starts, self.label, self.own_name, self.owner, self.chain  # fmt: skip
+        for r in range(row, last - 1, -1):
+            owned = owner.get(r)
+            if owned is None:
+                owner[r] = (chain, len(rows), t)
+            elif owned[0] != chain:
+                start, entered = starts[r], owned[2]
+                if t > entered:  # what this walk sees of the row above the earlier one
+                    rows.append((step, lane, label[r], max(start if start > lo else lo, entered), t, own_name[r], None))  # fmt: skip
+                return (r, min(t, entered), "join")
+            start = starts[r]
+            rows.append((step, lane, label[r], start if start > lo else lo, t, own_name[r], None))
+            t = start
+        return lane, t
 
     def _same_way(self, row: int, t: float, entered: float) -> bool:
         """Whether a walk entering ``row`` at ``t`` goes on as one that entered at ``entered``:
@@ -108,8 +129,9 @@ def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray) -> tup
     known = pos >= 0
     at = np.maximum(pos, 0)
     kinds = np.where(known, events["kind"].astype(str).to_numpy()[at], UNTRACED)
-    given = pd.Series(reasons).map(segment_kind).to_numpy()  # the dependency's own kind
-    kinds = np.where(pd.isna(given), kinds, given)
+    distinct, of = np.unique(reasons, return_inverse=True)
+    given = np.array([segment_kind(r) or "" for r in distinct], dtype=object)[of]
+    kinds = np.where(given != "", given, kinds)  # the dependency's own kind, where it has one
     return kinds, np.where(known, event_names(events).to_numpy()[at], UNTRACED_NAME)
 
 

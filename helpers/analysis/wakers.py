@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_WORK_KINDS, event_names
+from ..traces.kinds import GPU_WORK_KINDS, name_matches
 
 __all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
 
@@ -92,24 +92,24 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
     call that began before it on its rank (the row of the issuer's last interval)."""
     last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
-    row_of = dict(zip(last["event"].to_numpy(), last.index.to_numpy()))
+    row_of = pd.Series(last.index.to_numpy(), index=last["event"].to_numpy())
     found: dict[int, int] = {}
     runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
     launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
     gpu = ev[ev["kind"].isin(GPU_WORK_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
     for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
         issuer = launch.get((rank, at))
-        if issuer in row_of:
-            found[label] = row_of[issuer]
-    names = event_names(ev)
-    calls = ev[names.str.match(r"^c10d::").to_numpy()]
-    spans = ev[names.str.match(r"^(?:gloo|mpi):").to_numpy()]
+        if issuer in row_of.index:
+            found[label] = int(row_of[issuer])
+    calls = ev[name_matches(ev, r"^c10d::")]
+    spans = ev[name_matches(ev, r"^(?:gloo|mpi):")]
     for rank, mine in spans.groupby("rank"):
         theirs = calls[(calls["rank"] == rank).to_numpy()].sort_values("start_us")
         at = np.searchsorted(theirs["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right")
-        for label, i in zip(mine.index, at):
-            if i > 0 and theirs.index[i - 1] in row_of:
-                found[label] = row_of[theirs.index[i - 1]]
+        issuer = np.where(at > 0, theirs.index.to_numpy()[np.maximum(at - 1, 0)] if len(theirs) else -1, -1)  # fmt: skip
+        rows = row_of.reindex(issuer).to_numpy()
+        kept = (issuer >= 0) & ~np.isnan(rows.astype(float))
+        found.update(zip(mine.index[kept].tolist(), rows[kept].astype(np.int64).tolist()))
     return found
 
 
