@@ -6,7 +6,8 @@ synthetic_trace.py; kept in ``--folder`` and reused), then, each in a fresh proc
 included, and the path strung from them): the MB/s it read, and the peak resident memory
 of the process and of its largest worker. For comparison it loads ``--compare-ranks`` of the
 ranks whole with ``load_run`` and prints the memory that took, and what the summary took for
-the same ranks. Every figure is measured in this one run; ratios are printed beside them.
+the same ranks, and the first pass without the chains (the path's cost, as a ratio of speeds).
+Every figure is measured in this one run; ratios are printed beside them.
 
     python benchmarks/rank_by_rank.py --ranks 256 --mb-per-rank 32
 """
@@ -31,17 +32,20 @@ from pathlib import Path
 from helpers.analysis.rank_by_rank import summarise_run
 from helpers.traces import load_run
 how, workers, files = sys.argv[1], int(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
-if how == "first":  # a first pass: no rank's Parquet cache yet
+if how.startswith("first"):  # a first pass: no rank's Parquet cache yet
     for cache in {f.parent / ".cache" for f in files}:
         for old in cache.glob("rank-*.parquet"):
             old.unlink()
 t0 = time.perf_counter()
-if how in ("first", "again"):
-    summary = summarise_run(files, workers=workers, progress=False)
+if how in ("first", "first without the path", "again"):
+    summary = summarise_run(files, workers=workers, progress=False,
+                            critical=how != "first without the path")
     kept = int(sum(f.memory_usage(deep=True).sum() for f in (summary.steps, summary.collectives)))
     straggler = summary.find_straggler()
-    top = summary.path_summary().iloc[0]  # the critical path, strung from each rank's chains
-    held = f"rank {top['rank']}'s {top['kind']}, {top['ms_per_step']:.1f} ms per step"
+    held = None
+    if not summary.chains.empty:  # the critical path, strung from each rank's chains
+        top = summary.path_summary().iloc[0]
+        held = f"rank {top['rank']}'s {top['kind']}, {top['ms_per_step']:.1f} ms per step"
 else:
     kept = int(load_run(files, workers=workers, cache=False, progress=False)
                .events.memory_usage(deep=True).sum())
@@ -87,7 +91,8 @@ def generated(folder: Path, ranks: int, mb: int) -> list[Path]:
 
 def measure(how: str, workers: int, files: list[Path]) -> dict:
     """One measurement in a fresh process (``how``: ``first``, a first pass that writes every
-    rank's cache; ``again``, a pass from the caches; ``whole``, load_run)."""
+    rank's cache; ``first without the path``, the same without the chains of the critical path;
+    ``again``, a pass from the caches; ``whole``, load_run)."""
     out = subprocess.run(
         [sys.executable, "-c", CHILD, how, str(workers), *map(str, files)],
         cwd=REPO,
@@ -115,6 +120,7 @@ def main() -> None:
     for label, how, workers in [
         ("first pass", "first", 1),
         ("second pass, from the caches", "again", 1),
+        ("first pass without the path", "first without the path", 2),
         ("first pass", "first", 2),
         ("second pass, from the caches", "again", 2),
     ]:
@@ -129,6 +135,8 @@ def main() -> None:
     for workers in (1, 2):
         ratio = passes["again", workers]["seconds"] / passes["first", workers]["seconds"]
         print(f"second pass / first pass ({workers} worker(s)): {ratio:.3f}")
+    speed = passes["first", 2]["mb_s"] / passes["first without the path", 2]["mb_s"]
+    print(f"first pass with the path / without it, speed (2 workers): {speed:.2f} (target: >= 0.5)")
     some = files[: opts.compare_ranks]
     whole, summary = measure("whole", 1, some), measure("first", 1, some)
     print(

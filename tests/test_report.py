@@ -262,6 +262,25 @@ def test_read_rank_by_rank_the_report_names_what_held_the_steps_as_the_whole_rea
     assert held.figure is None and "strung together from each rank's part" in held.text
 
 
+@pytest.mark.parametrize("whole_limit_mb", [1024, 0], ids=["read whole", "rank by rank"])
+def test_without_the_path_the_report_leaves_out_what_held_the_steps_and_keeps_the_rest(
+    straggler_run, straggler_report, whole_limit_mb
+):
+    report = build_report(straggler_run.run_dir, whole_limit_mb=whole_limit_mb, critical=False)
+    titles = [s.title for s in report.sections]
+    assert HELD not in titles and titles[:2] == ORDER[1:3]
+    pd.testing.assert_frame_equal(
+        report.section("Step time per rank").table,
+        straggler_report.section("Step time per rank").table,
+    )
+
+
+def test_the_command_leaves_out_the_path_when_asked(straggler_run, tmp_path):
+    out = tmp_path / "report.html"
+    assert main([str(straggler_run.run_dir), "--out", str(out), "--no-path"]) == 0
+    assert HELD not in out.read_text()
+
+
 def test_read_rank_by_rank_the_report_flags_a_hang():
     held = build_report(recorded_traces("hang"), whole_limit_mb=0).section(HELD).text
     assert "a stall or a hang" in held and "has no partner on rank" in held

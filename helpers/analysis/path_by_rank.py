@@ -221,8 +221,10 @@ def path_summary_of_chains(
     Returns:
         ``rank, kind, name, ms, ms_per_step, share``, heaviest first.
     """
-    links = _Links(chains, collectives)
     totals: dict[tuple, dict[int, float]] = {}
+    if chains.empty:  # a pass that kept no path (``critical=False``)
+        return _table(totals)
+    links = _Links(chains, collectives)
     ends = steps.groupby(["step", "rank"])["end_us"].max()
     for step, lo, hi in step_windows(steps):
         if step not in leave_out:

@@ -103,29 +103,39 @@ class RunSummary:
         return path_summary_of_chains(self.chains, self.steps, self.collectives, leave_out)
 
 
-def kept_of_rank(events: pd.DataFrame) -> tuple[pd.DataFrame, ...]:
+def kept_of_rank(events: pd.DataFrame, path: bool = True) -> tuple[pd.DataFrame, ...]:
     """What the run-wide analyses need of one rank's ``events``: its steps, its collectives
     (gloo's and NCCL's CPU spans, NCCL kernels), its row of time per kind and its chains of the
-    critical path (:func:`helpers.analysis.path_by_rank.rank_chains`)."""
+    critical path (:func:`helpers.analysis.path_by_rank.rank_chains`; none without ``path``)."""
     steps = events[(events["kind"] == "step").to_numpy()]
     collectives = events[
         (events["kind"] == "communication").to_numpy() | name_matches(events, NCCL_KERNELS)
     ]
-    return steps, collectives, time_per_kind(events), rank_chains(events)
+    chains = rank_chains(events) if path else pd.DataFrame(columns=CHAIN_COLUMNS)
+    return steps, collectives, time_per_kind(events), chains
 
 
 def kept_of_file(
-    path: str | Path, cache: bool = True, rank: int | None = None
+    path: str | Path, cache: bool = True, rank: int | None = None, critical: bool = True
 ) -> tuple[Any, ...] | None:
     """:func:`kept_of_rank` of one rank's file, and the file's header (the rest of its events
     are let go); None for a file ``merge_traces`` wrote (even of one rank) and for a JSON file
     that is no trace (a manifest), which :func:`helpers.load_run` leaves out too. With
     ``cache`` the parts are kept too, in one Parquet file (the steps' and the collectives' rows;
     the row of time per kind and the header in its metadata), so that a second pass reads only
-    that."""
+    that. Without ``critical``, no chains of the critical path (faster).
+
+    Args:
+        path: the rank's trace file.
+        cache: read and keep the parts as Parquet beside it.
+        rank: the rank, where the file does not say it.
+        critical: also keep the rank's chains of the critical path.
+    """
     path = Path(path)
     rows = read_rank_part(path, "kept", rank) if cache else None
-    chains = read_rank_part(path, "chains", rank) if cache else None
+    chains = read_rank_part(path, "chains", rank) if cache and critical else None
+    if not critical:
+        chains = pd.DataFrame(columns=CHAIN_COLUMNS)
     if rows is not None and chains is not None and {"kind_ms", "header"} <= set(rows.attrs):
         is_step = (rows["kind"] == "step").to_numpy()
         kinds, header = _kinds_of_note(rows.attrs["kind_ms"]), rows.attrs["header"]
@@ -136,12 +146,13 @@ def kept_of_file(
         return None
     if trace.header.merged:
         return None
-    steps, collectives, kinds, chains = kept_of_rank(trace.events)
+    steps, collectives, kinds, chains = kept_of_rank(trace.events, critical)
     if cache:
         rows = pd.concat([steps, collectives], ignore_index=True)
         rows.attrs = {"kind_ms": kinds.to_dict(orient="split"), "header": header_note(trace.header)}
         write_rank_part(path, "kept", rank, rows)
-        write_rank_part(path, "chains", rank, chains)
+        if critical:
+            write_rank_part(path, "chains", rank, chains)
     return steps, collectives, kinds, chains, trace.header
 
 
@@ -162,6 +173,7 @@ def summarise_run(
     workers: int | None = None,
     cache: bool = True,
     progress: bool | None = None,
+    critical: bool = True,
 ) -> RunSummary:
     """Read a run's traces one rank at a time and keep what the run-wide analyses need (see
     the module's docstring).
@@ -177,6 +189,8 @@ def summarise_run(
         cache: keep each rank's events (:func:`helpers.traces.rank_events`) and the parts of them kept
             (:func:`kept_of_file`) as Parquet, so that a second pass reads only the parts.
         progress: tqdm's bar (default: only when the work takes over 2 s and someone watches).
+        critical: also keep each rank's chains of the critical path (without: the summary's
+            ``path_summary`` is empty, and the pass faster).
 
     Returns:
         A :class:`RunSummary`.
@@ -184,7 +198,7 @@ def summarise_run(
     items = [(path, rank) for path, rank in run_files(source)[0] if not written_by_merge(path)]
     files = [path for path, _ in items]
     workers = max(1, min(workers or usable_cores(), len(files)))
-    jobs = [(path, cache, rank) for path, rank in items]
+    jobs = [(path, cache, rank, critical) for path, rank in items]
     parts = each_in_processes(kept_of_file, jobs, workers, "summarising trace files", progress)
     for path, part in zip(files, parts):
         if isinstance(part, BaseException):
