@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from ..traces.kinds import event_names
 from .collectives import matched_collectives, on_every_rank
 from .critical_path import PathWalker, step_windows
 from .graph import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, latest, segment_kind
@@ -122,17 +121,28 @@ def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
     return _pieces(rank, walks, cuts, walker, lanes, events)
 
 
-def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _named(events: pd.DataFrame, labels: list[int], reasons: list[str]) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
     """Each segment's ``(kind, name)``, by its event's label and its reason, as
-    :func:`helpers.critical_path` names them."""
-    pos = events.index.get_indexer(labels)
+    :func:`helpers.critical_path` names them: two categoricals (a rank has hundreds of thousands
+    of segments, of a few hundred names)."""
+    pos = events.index.get_indexer(np.asarray(labels, dtype=np.int64))
     known = pos >= 0
     at = np.maximum(pos, 0)
-    kinds = np.where(known, events["kind"].astype(str).to_numpy()[at], UNTRACED)
-    distinct, of = np.unique(reasons, return_inverse=True)
-    given = np.array([segment_kind(r) or "" for r in distinct], dtype=object)[of]
-    kinds = np.where(given != "", given, kinds)  # the dependency's own kind, where it has one
-    return kinds, np.where(known, event_names(events).to_numpy()[at], UNTRACED_NAME)
+    name = events["name"].astype("category")
+    kind = events["kind"].astype("category")
+    # kinds: the events' kinds, then the dependencies' own kinds for their segments
+    distinct = list(dict.fromkeys(reasons))
+    given = [segment_kind(r) for r in distinct]
+    kinds = list(dict.fromkeys([*map(str, kind.cat.categories), UNTRACED, *[g for g in given if g]]))  # fmt: skip
+    code = {k: i for i, k in enumerate(kinds)}
+    event_kind = np.array([code[str(k)] for k in kind.cat.categories] + [code[UNTRACED]])
+    kind_codes = np.where(known, event_kind[kind.cat.codes.to_numpy()[at]], code[UNTRACED])
+    of_reason = {r: (code[g] if g else -1) for r, g in zip(distinct, given)}
+    by_reason = np.array([of_reason[r] for r in reasons], dtype=np.int64)
+    kind_codes = np.where(by_reason >= 0, by_reason, kind_codes)
+    names = [*map(str, name.cat.categories), UNTRACED_NAME]
+    name_codes = np.where(known, name.cat.codes.to_numpy()[at], len(names) - 1)
+    return pd.Categorical.from_codes(kind_codes, kinds), pd.Categorical.from_codes(name_codes, names)  # fmt: skip
 
 
 def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> list[tuple]:
@@ -180,17 +190,23 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
             us += [s[4] - s[3] for s in piece]
             heads.append((rank, number, begin, origin, step, key, index, start_t, stop, *then))
             start_t = stop
-    kinds, names = _named(events, np.asarray(labels, dtype=np.int64), np.asarray(reasons, dtype=object))  # fmt: skip
-    sums = (
-        pd.DataFrame({"piece": of_piece, "kind": kinds, "name": names, "us": us})
-        .groupby(["piece", "kind", "name"], sort=False)["us"]
-        .sum()
-        .reset_index()
-    )
+    kinds, names = _named(events, labels, reasons)
+    keys = pd.DataFrame({"piece": of_piece, "kind": kinds.codes, "name": names.codes, "us": us})
+    sums = keys.groupby(["piece", "kind", "name"], sort=False)["us"].sum().reset_index()
     head = pd.DataFrame(heads, columns=CHAIN_COLUMNS[:13]).iloc[sums["piece"].to_numpy()]
-    rows = head.reset_index(drop=True).assign(kind=sums["kind"], name=sums["name"], us=sums["us"])
+    rows = head.reset_index(drop=True).assign(
+        kind=_used(sums["kind"], kinds.categories),
+        name=_used(sums["name"], names.categories),
+        us=sums["us"],  # fmt: skip
+    )
     numbers = dict.fromkeys(["rank", "walk", "begin", "step", "index", "to_walk", "to_begin", "to_index"], "int32")  # fmt: skip
     return rows[CHAIN_COLUMNS].astype({**dict.fromkeys(_TEXT, "category"), **numbers})
+
+
+def _used(codes: pd.Series, categories: pd.Index) -> pd.Categorical:
+    """A categorical of ``codes`` into ``categories``, with only those used, in sorted order."""
+    used = pd.Categorical.from_codes(codes, categories).remove_unused_categories()
+    return used.set_categories(sorted(used.categories))
 
 
 def concat_chains(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
