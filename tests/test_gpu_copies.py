@@ -155,6 +155,6 @@ def test_a_failing_first_section_leaves_the_others_in_their_order(folders, monke
     def broken(*args, **kwargs):
         raise RuntimeError("no way through")
 
-    monkeypatch.setattr("helpers.report.build.held_section", broken)
+    monkeypatch.setattr("helpers.report.held.held_section", broken)
     titles = [s.title for s in build_report(folders[True]).sections]
     assert titles[:3] == ["What the traces cannot tell", "Step time per rank", "Waiting and the straggler"]  # fmt: skip

@@ -25,7 +25,6 @@ from ..analysis import (
     time_per_kind,
     waiting_per_group,
 )
-from ..analysis.lanes import lane_intervals
 from ..hangs import FlightRecorderError, load_flight_records, with_groups_from_flight_records
 from ..jobs.runs import show_path
 from ..traces import (
@@ -40,7 +39,7 @@ from ..traces import (
 )
 from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks
-from .held import HELD, held_section, held_section_of_summary
+from .held import HELD, held_section_of
 from .sections import (
     Section,
     gpu_section,
@@ -301,7 +300,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
     said = {title for title, _ in failed}  # sections whose figures could not be read
     sections: list[Section | None] = []
     if critical and has_steps and STEP_TITLE not in said:
-        sections.append(_guarded(HELD, failed, _held, events, read.summary, times, names))
+        sections.append(_guarded(HELD, failed, held_section_of, events, read.summary, times, names))
     if STEP_TITLE not in said:
         sections.append(_guarded(STEP_TITLE, failed, step_section, times))
     if WAITING_TITLE not in said:
@@ -341,18 +340,6 @@ def _guarded(title: str, failed: list[tuple[str, str]], make: Callable[..., T], 
     except Exception as err:  # noqa: BLE001 -- one section's failure must not lose the report
         failed.append((title, f"{type(err).__name__}: {err}".strip().splitlines()[0]))
         return None
-
-
-def _held(
-    events: pd.DataFrame, summary: RunSummary | None, times: pd.DataFrame, names: str
-) -> Section | None:
-    """What held the steps: from every event of a run read whole, from what ``summary`` kept
-    of each rank of a run read rank by rank (None where it kept no path)."""
-    if summary is None:
-        return held_section(events, lane_intervals(events, names=names), times, names)
-    if summary.chains.empty:
-        return None
-    return held_section_of_summary(summary, events, times, names)
 
 
 def _groups(events: pd.DataFrame, names: str) -> Section | None:

@@ -10,11 +10,11 @@ import pandas as pd
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
 from ..analysis.critical_path import path_of
 from ..analysis.graph import DEPENDENCIES, UNTRACED
-from ..analysis.lanes import Lanes
+from ..analysis.lanes import Lanes, lane_intervals
 from ..drawing import plot_critical_path
 from .sections import Section, figure_png
 
-__all__ = ["HELD", "held_section", "held_section_of_summary", "LONG_STEP"]
+__all__ = ["HELD", "held_section", "held_section_of", "held_section_of_summary", "LONG_STEP"]
 
 HELD = "What held the steps, what to fix first"
 #: A step this many times the median step is a stall or a hang, and the report says so.
@@ -23,6 +23,25 @@ LONG_STEP = 5.0
 FIGURE_RANKS = 6
 #: Kinds on the path that a what-if cannot remove by name: no event, or the collective itself.
 _NOT_REMOVABLE = tuple(d.segment_kind for d in DEPENDENCIES if not d.removable and d.segment_kind)
+
+
+def held_section_of(
+    events: pd.DataFrame, summary: RunSummary | None, times: pd.DataFrame, names: str
+) -> Section | None:
+    """The section of a run read whole (``summary`` None: from every event) or rank by rank
+    (from what ``summary`` kept of each rank; None where it kept no path).
+
+    Args:
+        events: the run's events (read rank by rank: its steps and collectives).
+        summary: what :func:`helpers.summarise_run` kept, for a run read rank by rank.
+        times: the run's step times (:func:`helpers.step_times`).
+        names: the collectives' names (:func:`helpers.collective_source`'s choice).
+    """
+    if summary is None:
+        return held_section(events, lane_intervals(events, names=names), times, names)
+    if summary.chains.empty:
+        return None
+    return held_section_of_summary(summary, events, times, names)
 
 
 def held_section(
