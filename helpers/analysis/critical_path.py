@@ -31,6 +31,7 @@ on one time axis: ranks of one machine share a clock; across machines, correct t
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -60,11 +61,25 @@ def critical_path(events: pd.DataFrame) -> pd.DataFrame:
     return path_of(lane_intervals(events), events)
 
 
+class Stop(NamedTuple):
+    """Where a walk stopped before its window's start: the interval ``row``, the ``moment``, and
+    ``joined``: True where an earlier walk went on from there, False at a collective."""
+
+    row: int
+    moment: float
+    joined: bool
+
+
+#: A segment of the path, as the walk makes them (plain tuples: hundreds of thousands a rank):
+#: ``(step, lane_id, label, start, end, reason, to_rank)``.
+SEGMENT = ("step", "lane_id", "label", "start", "end", "reason", "to_rank")
+
+
 def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     """:func:`critical_path` from lanes already cut (:func:`.lanes.lane_intervals`)."""
     walker = PathWalker(lanes)
     rows = [row for step, lo, hi in step_windows(lanes.steps) for row in walker.step(step, lo, hi)]
-    raw = pd.DataFrame(rows, columns=["step", "lane_id", "label", "start_us", "end_us", "reason", "to_rank"])  # fmt: skip
+    raw = pd.DataFrame(rows, columns=list(SEGMENT))
     table = lanes.lanes
     lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
     pos = events.index.get_indexer(raw["label"].to_numpy())
@@ -81,9 +96,9 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
             "lane": table["lane"].to_numpy()[lane_id].astype(str) if len(raw) else [],
             "name": names,
             "kind": kinds,
-            "start_us": raw["start_us"],
-            "end_us": raw["end_us"],
-            "dur_us": raw["end_us"] - raw["start_us"],
+            "start_us": raw["start"],
+            "end_us": raw["end"],
+            "dur_us": raw["end"] - raw["start"],
             "reason": reason,
             "to_rank": raw["to_rank"].astype("Int64"),
         }
@@ -137,8 +152,8 @@ class PathWalker:
     def walk(self, step: int, lane: int, t: float, lo: float, rows: list) -> tuple | None:
         """Walk back from ``t`` on ``lane`` to ``lo``, adding segments to ``rows`` (latest
         first); None at ``lo`` or the lane's beginning, else ``(row, moment, why)`` where a
-        subclass stopped it (:class:`~helpers.analysis.path_by_rank._RankWalker`: ``"stop"`` at
-        a collective, ``"join"`` where an earlier walk went on)."""
+        subclass stopped it, a :class:`Stop` (:class:`~helpers.analysis.path_by_rank._RankWalker`:
+        at a collective, or where an earlier walk went on)."""
         seen: set[tuple[int, float]] = set()
         row = -1
         while t > lo:
@@ -157,7 +172,7 @@ class PathWalker:
                 t = start
                 continue
             went = self.take(step, row, t, lo, rows, stuck)
-            if went is None or len(went) == 3:
+            if went is None or isinstance(went, Stop):
                 return went
             lane, t = went
         return None

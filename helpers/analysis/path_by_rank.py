@@ -22,7 +22,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from .collectives import matched_collectives, on_every_rank
-from .critical_path import PathWalker, step_windows
+from .critical_path import PathWalker, Stop, step_windows
 from .graph import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, latest, segment_kind
 from .lanes import Lanes, lane_intervals
 
@@ -55,7 +55,7 @@ class _RankWalker(PathWalker):
             mine: list[tuple] = []  # what this walk sees of the row above the earlier one
             super().take(step, row, t, lo, mine, stuck)
             rows += [(*s[:3], max(s[3], owned[2]), *s[4:]) for s in mine if s[4] > owned[2]]
-            return (row, min(t, owned[2]), "join")
+            return Stop(row, min(t, owned[2]), joined=True)
         return super().take(step, row, t, lo, rows, stuck)
 
     def descend(self, step, row, t, lo, rows):
@@ -72,7 +72,7 @@ class _RankWalker(PathWalker):
                 start, entered = starts[r], owned[2]
                 if t > entered:  # what this walk sees of the row above the earlier one
                     rows.append((step, lane, label[r], max(start if start > lo else lo, entered), t, own_name[r], None))  # fmt: skip
-                return (r, min(t, entered), "join")
+                return Stop(r, min(t, entered), joined=True)
             start = starts[r]
             rows.append((step, lane, label[r], start if start > lo else lo, t, own_name[r], None))
             t = start
@@ -89,7 +89,7 @@ class _RankWalker(PathWalker):
         return min(t, there) == min(entered, there)
 
     def collective(self, step: int, row: int, t: float, lo: float, rows: list):
-        return (row, t, "stop")
+        return Stop(row, t, joined=False)
 
 
 def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
@@ -115,9 +115,9 @@ def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
         segments: list[tuple] = []
         stopped = walker.walk(0, lane, t, lo, segments)
         walks.append(((origin, step, key, index, t), segments, stopped))
-        if stopped is not None and stopped[2] == "join":
-            joined, at, _ = walker.owner[stopped[0]]
-            cuts.setdefault(joined, set()).add((at, stopped[1]))
+        if stopped is not None and stopped.joined:
+            joined, at, _ = walker.owner[stopped.row]
+            cuts.setdefault(joined, set()).add((at, stopped.moment))
     return _pieces(rank, walks, cuts, walker, lanes, events)
 
 
@@ -171,18 +171,18 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
     piece_of = {(n, c): i + 1 for n, cs in order.items() for i, c in enumerate(cs)}
     heads, of_piece, labels, reasons, us = [], [], [], [], []
     for number, ((origin, step, key, index, t), segments, stopped) in enumerate(walks):
-        end = stopped[1] if stopped is not None else segments[-1][3] if segments else t
+        end = stopped.moment if stopped is not None else segments[-1][3] if segments else t
         pieces = _split(segments, order.get(number, []), end)
         start_t = t
         for begin, (piece, stop) in enumerate(pieces):
             then = (-1, -1, "", -1)
             if begin + 1 < len(pieces):  # the next piece of this walk
                 then = (number, begin + 1, "", -1)
-            elif stopped is not None and stopped[2] == "join":
-                joined, at, _ = walker.owner[stopped[0]]
-                then = (joined, piece_of[(joined, (at, stopped[1]))], "", -1)
+            elif stopped is not None and stopped.joined:
+                joined, at, _ = walker.owner[stopped.row]
+                then = (joined, piece_of[(joined, (at, stopped.moment))], "", -1)
             elif stopped is not None:
-                then = (-1, -1, *lanes.keys[stopped[0]])
+                then = (-1, -1, *lanes.keys[stopped.row])
             piece = piece or [(0, 0, -1, 0.0, 0.0, UNTRACED, None)]  # nothing: untraced, 0 µs
             of_piece += [len(heads)] * len(piece)
             labels += [s[2] for s in piece]
