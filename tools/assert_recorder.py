@@ -18,6 +18,8 @@ import json
 import numbers
 import operator
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 #: How ``ast`` names each comparison, as Python evaluates it.
@@ -105,3 +107,21 @@ def install() -> None:
     except NameError:
         return
     shell.ast_transformers.append(CellTransformer(shell))
+
+
+def claims_of(notebook: Path) -> list[str]:
+    """Every claim a notebook makes: each ``assert``'s message (its expression in backticks where
+    it has none) and, in a solution, each exercise check it runs (``check("NN.k")``), in order."""
+    claims = []
+    for cell in json.loads(Path(notebook).read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or source.lstrip().startswith("%%"):  # a script it writes
+            continue
+        code = "\n".join(line for line in source.splitlines() if not line.startswith(("%", "!")))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Assert):
+                message = node.msg.value if isinstance(node.msg, ast.Constant) else None
+                claims.append(message or f"`{ast.unparse(node.test)}`")
+        if Path(notebook).parent.name == "solutions":  # a lesson's checks wait for an answer
+            claims += [f'`check("{n}")`' for n in re.findall(r'^check\("([\d.]+)"', code, re.M)]
+    return claims
