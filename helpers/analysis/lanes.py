@@ -154,38 +154,25 @@ def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> 
     labels = ev.index.to_numpy()[order]
     first, last = min(starts[0], begin), max(ends.max(), finish)
     bounds = np.unique(np.concatenate([starts, ends, [first, last]]))
-    at = _covering(starts, ends, bounds[:-1], _parents(starts, ends))
+    parent = _last_open(np.arange(len(starts)) - 1, ends, starts)  # open when each began
+    at = _last_open(np.searchsorted(starts, bounds[:-1], side="right") - 1, ends, bounds[:-1], parent)  # fmt: skip
     label = np.where(at >= 0, labels[np.maximum(at, 0)], -1)
     new = np.r_[True, label[1:] != label[:-1]] if len(label) else np.zeros(0, dtype=bool)
     begins = bounds[:-1][new]
     return pd.DataFrame({"start_us": begins, "end_us": np.r_[begins[1:], last][: len(begins)], "event": label[new]})  # fmt: skip
 
 
-def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For each event (sorted by start, then longest first), the last one before it that had not
-    ended when it began (-1: none): where the walk down a stack of events goes when it ends.
-    Found for all at once by jumping along the parents found so far, each jump past events that
-    had ended."""
-    cand = np.arange(len(starts)) - 1
-    while True:
-        at = np.maximum(cand, 0)
-        ended = (cand >= 0) & (ends[at] <= starts)
-        if not ended.any():
-            return cand
-        cand = np.where(ended, cand[at], cand)
-
-
-def _covering(starts: np.ndarray, ends: np.ndarray, moments: np.ndarray, parent: np.ndarray) -> np.ndarray:  # fmt: skip
-    """For each of ``moments``, the last event (in ``starts``' order) that covers it: begun at
-    or before it, not yet ended (-1: none). The innermost of nested events; of events that
-    overlap without nesting, the one begun last, as a stack of them would have it on top."""
-    cand = np.searchsorted(starts, moments, side="right") - 1
+def _last_open(cand: np.ndarray, ends: np.ndarray, moments: np.ndarray, parent=None) -> np.ndarray:  # fmt: skip
+    """For each of ``moments``, the last event at or before its candidate in ``cand`` (events
+    sorted by start, then longest first) that had not ended by it (-1: none), jumping from an
+    ended candidate to its ``parent`` (None: to the candidate found so far for that candidate,
+    which is how the parents themselves are found, all at once)."""
     while True:
         at = np.maximum(cand, 0)
         ended = (cand >= 0) & (ends[at] <= moments)
         if not ended.any():
             return cand
-        cand = np.where(ended, parent[at], cand)
+        cand = np.where(ended, (cand if parent is None else parent)[at], cand)
 
 
 def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
