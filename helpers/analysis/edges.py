@@ -19,6 +19,9 @@ from the end of the interval before it on its lane (``lane order``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -32,7 +35,40 @@ from .wakers import (
     worker_event_issuers,
 )
 
-__all__ = ["SYNC_CALLS", "graph_of", "transfer_edges", "worker_edges", "wake_edges"]
+if TYPE_CHECKING:
+    from .lanes import Lanes
+
+__all__ = [
+    "SYNC_CALLS",
+    "Ground",
+    "Built",
+    "graph_of",
+    "transfer_edges",
+    "worker_edges",
+    "wake_edges",
+]
+
+
+@dataclass
+class Ground:
+    """What every builder reads: the run's ``lanes`` (:class:`.lanes.Lanes`, before their
+    graph), their events ``ev`` and their intervals as ``arrays``. A builder is a function of
+    it and of the intervals it may decide (``rows``) that returns what it :class:`Built`."""
+
+    lanes: Lanes
+    ev: pd.DataFrame
+    arrays: IntervalArrays
+
+
+@dataclass
+class Built:
+    """What a builder returns: the intervals it ``decided``, its ``edges``, and the intervals
+    it leaves to a queue's own time (``queued``)."""
+
+    decided: np.ndarray
+    edges: list[Edges]
+    queued: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
 
 #: CUDA runtime calls that block the CPU until the GPU has done something.
 SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy$"
@@ -52,34 +88,25 @@ def graph_of(lanes, ev: pd.DataFrame) -> Graph:
     own = np.where(has, "work", "untraced").astype(object)  # the own time of what is left
     decided = np.zeros(len(iv), dtype=bool)
     parts: list[Edges] = []
+    run = Ground(lanes, ev, arrays)
     for build, rows in (
         (transfer_edges, None),
         (worker_edges, may_wait & worker),
         (wake_edges, may_wait & ~worker),
     ):
-        wanted = np.flatnonzero(~decided if rows is None else rows & ~decided)
-        found, edges, queued = build(lanes, ev, arrays, wanted)
-        decided[found] = True
-        own[queued] = "queue"
-        parts += edges
+        built = build(run, np.flatnonzero(~decided if rows is None else rows & ~decided))
+        decided[built.decided] = True
+        own[built.queued] = "queue"
+        parts += built.edges
     parts += _own_edges(arrays, decided, own)
     return Graph.of(parts, arrays.start, arrays.end, arrays.rank)
 
 
-def transfer_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
+def transfer_edges(run: Ground, rows: np.ndarray) -> Built:
     """``transfer``: each matched collective's interval on one rank ends when the last rank has
     arrived, plus the collective's transfer: an edge from every rank's arrival (its interval's
-    start), in the order of the ranks' arrivals.
-
-    Args:
-        lanes: the run's lanes (:class:`.lanes.Lanes`), before their graph.
-        ev: their events.
-        arrays: their intervals, as arrays.
-        rows: the intervals this builder may decide.
-
-    Returns:
-        The intervals it decided, its edges, and the intervals to leave to a queue's own time.
-    """
+    start), in the order of the ranks' arrivals."""
+    lanes = run.lanes
     source, target, lag = [], [], []
     for instance, arrivals in lanes.arrivals.items():
         transfer = lanes.transfer_us[instance]
@@ -89,26 +116,17 @@ def transfer_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
             target += [2 * row + 1] * len(arrivals)
             lag += [transfer] * len(arrivals)
     found = np.fromiter(lanes.instance, dtype=np.int64, count=len(lanes.instance))
-    return found, [Edges.of(source, target, "transfer", lag)], np.zeros(0, np.int64)
+    return Built(found, [Edges.of(source, target, "transfer", lag)])
 
 
-def worker_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
+def worker_edges(run: Ground, rows: np.ndarray) -> Built:
     """On a worker lane, each gap (or bare annotation) before an event: ``launch`` from the
     event's issuer (the kernel's launch call, gloo's ``c10d::`` call; else the interval of its
     rank's main lane that held the moment it started) where the issuer ended after the gap began;
     ``queue`` where it had ended before (the lane's previous event held the gap). A gap with no
-    event after it, or an event with no issuer, is left to its own time.
-
-    Args:
-        lanes: the run's lanes (:class:`.lanes.Lanes`), before their graph.
-        ev: their events.
-        arrays: their intervals, as arrays.
-        rows: the intervals this builder may decide.
-
-    Returns:
-        The intervals it decided, its edges, and the intervals to leave to a queue's own time.
-    """
-    issuers = worker_event_issuers(ev, lanes.intervals)
+    event after it, or an event with no issuer, is left to its own time."""
+    lanes, arrays = run.lanes, run.arrays
+    issuers = worker_event_issuers(run.ev, lanes.intervals)
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
     main = {r: i for i, r, m in zip(lanes.lanes.index, lanes.lanes["rank"], lanes.lanes["main"]) if m}  # fmt: skip
     issuers = main_lane_issuers(arrays, worker, main, issuers)
@@ -122,33 +140,24 @@ def worker_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
     issued = known & ~queued
     launched, by = rows[issued], issuer[issued]
     edges = Edges.of(2 * by + 1, 2 * launched + 1, "launch", arrays.end[launched] - arrays.end[by])
-    return launched, [edges], rows[queued]
+    return Built(launched, [edges], rows[queued])
 
 
-def wake_edges(lanes, ev, arrays: IntervalArrays, rows: np.ndarray):
+def wake_edges(run: Ground, rows: np.ndarray) -> Built:
     """``wake-up``: on a thread, each gap, annotation with nothing under it or CUDA
     synchronisation that ended when something on another lane of its rank ended (its waker,
     :func:`.wakers.find_wakers`; for a synchronisation, only work on a GPU): an edge from the
-    waker's end. The others are left to their own time.
-
-    Args:
-        lanes: the run's lanes (:class:`.lanes.Lanes`), before their graph.
-        ev: their events.
-        arrays: their intervals, as arrays.
-        rows: the intervals this builder may decide.
-
-    Returns:
-        The intervals it decided, its edges, and the intervals to leave to a queue's own time.
-    """
+    waker's end. The others are left to their own time."""
     if not len(rows):
-        return rows, [], np.zeros(0, np.int64)
+        return Built(rows, [])
+    lanes, ev, arrays = run.lanes, run.ev, run.arrays
     ends = event_ends(lanes.intervals, ev, lanes.lanes["gpu"].to_numpy())
     label = arrays.event[rows]
     sync = np.isin(label, ev.index[name_matches(ev, SYNC_CALLS)])
     wakers = find_wakers(arrays, rows, ends, sync)
     woken, by = rows[wakers >= 0], wakers[wakers >= 0]
     edges = Edges.of(2 * by + 1, 2 * woken + 1, "wake-up", arrays.end[woken] - arrays.end[by])
-    return woken, [edges], np.zeros(0, np.int64)
+    return Built(woken, [edges])
 
 
 def _own_edges(arrays: IntervalArrays, decided: np.ndarray, own: np.ndarray) -> list[Edges]:

@@ -36,10 +36,11 @@ name):
 - ``lane order``: an interval starts where the one before it on its lane ended.
 
 **Adding a dependency** (a stream waiting for another stream's event, a receive for its send): a
-row in :data:`DEPENDENCIES` (its name is the path's reason; where it goes last among the waits
-decides ties), a builder that returns its edges as :class:`Edges` (in :mod:`.lanes`, beside the
-others, or a module of its own), and a table of tiny traces and the edges they must give in
-``tests/test_graph.py``. The path, the replay, the figure and the report then read it with no
+row in :data:`DEPENDENCIES` (its name is the path's reason; its place in the table breaks ties),
+a builder in :mod:`.edges` (a function of the run's :class:`~.edges.Ground` and the intervals it
+may decide, that returns what it :class:`~.edges.Built`: those it decided and its
+:class:`Edges`), its place in :func:`.edges.graph_of`'s order, and rows of tiny traces and the
+edges they must give in ``tests/test_graph.py``'s ``BUILDERS``. The path, the replay, the figure and the report then read it with no
 change: none of them names a dependency.
 """
 
