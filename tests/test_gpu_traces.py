@@ -415,3 +415,15 @@ def test_exercise_4_2_accepts_the_straggler_read_from_the_nccl_kernels_of_a_gpu_
     answer = {"straggler": find_straggler(events, COLLECTIVE_NAMES), "delay_ms": 100}
     ok, hint = evaluate("04.2", answer, run=run)
     assert not ok and "waits least" in hint
+
+
+def test_a_stream_wait_says_which_stream_and_when_the_event_was_recorded_there(real_traces):
+    # HTA's trace of matmuls on three streams: stream 24 waits for the event recorded on
+    # stream 20 by the cudaEventRecord call of correlation 1385
+    path = real_traces / "hta/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz"
+    raw = json.loads(gzip.open(path).read())["traceEvents"]
+    record = next(e for e in raw if e["name"] == "cudaEventRecord" and e["args"]["correlation"] == 1385)  # fmt: skip
+    events = load_run([path], cache=False).events
+    wait = events[events["name"] == "Stream Wait Event"].iloc[0]
+    assert (wait["stream"], wait["wait_stream"]) == (24, 20)
+    assert wait["waits_for_us"] == pytest.approx(float(record["ts"]), abs=1)

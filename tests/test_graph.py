@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from conftest import REPO, complete_event, trace_doc, write_doc
 from helpers.analysis.graph import DEPENDENCIES, DEPENDENCY, Edges, Graph, retime
 from helpers.analysis.lanes import _flatten, lane_intervals
+from helpers import critical_path, what_if
 from helpers.traces import load_run
 
 MAIN, GLOO, STREAM = 1, 2, 7  # the main thread, gloo's thread, a GPU stream
@@ -29,12 +30,37 @@ def op(name, ts, dur, tid=MAIN, cat="cpu_op", **args):
     return complete_event(name, ts, dur, cat=cat, pid=100, tid=tid, **args)
 
 
-def kernel(name, ts, dur, correlation):
-    return complete_event(name, ts, dur, cat="kernel", pid=0, tid=STREAM, correlation=correlation, stream=STREAM, device=0)  # fmt: skip
+def kernel(name, ts, dur, correlation, stream=STREAM):
+    return complete_event(name, ts, dur, cat="kernel", pid=0, tid=stream, correlation=correlation, stream=stream, device=0)  # fmt: skip
 
 
 def launch(ts, dur, correlation):
     return op("cudaLaunchKernel", ts, dur, cat="cuda_runtime", correlation=correlation)
+
+
+def stream_wait(ts, correlation, on, recorded, stream=STREAM) -> list[dict]:
+    """``cudaStreamWaitEvent`` at ``ts``: ``stream`` waits for the CUDA event recorded on
+    stream ``on`` by the ``cudaEventRecord`` call of correlation ``recorded``, and the
+    ``cuda_sync`` event Kineto writes for it (``enable_cuda_sync_events``)."""
+    args = {"wait_on_stream": on, "wait_on_cuda_event_record_corr_id": recorded}
+    gpu = {"pid": 0, "tid": stream, "stream": stream, "device": 0, "correlation": correlation}
+    return [
+        op("cudaStreamWaitEvent", ts, 5, cat="cuda_runtime", correlation=correlation),
+        complete_event("Stream Wait Event", ts + 1, 2, cat="cuda_sync", **gpu, **args),
+    ]
+
+
+def record(ts, correlation):
+    return op("cudaEventRecord", ts, 5, cat="cuda_runtime", correlation=correlation)
+
+
+OTHER = 9  # a second GPU stream
+#: One rank: stream 9's gemm (launched at 0, runs 20-520), an event recorded after it, stream 7
+#: made to wait for it, then relu launched on stream 7 (at 30) starts 5 µs after gemm ends; the
+#: CPU synchronises until relu has ended, and the step ends 10 µs later.
+WAITED = [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER), record(12, 2),
+          *stream_wait(20, 3, on=OTHER, recorded=2), launch(30, 10, 4), kernel("relu", 525, 100, 4),
+          op("cudaDeviceSynchronize", 45, 585, cat="cuda_runtime")]  # fmt: skip
 
 
 def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str | None) -> set:
@@ -89,6 +115,23 @@ BUILDERS = {
         ("launch", None),
         {("r0 cudaLaunchKernel.end", "r0 gap.end", 5), ("r0 cudaLaunchKernel.end", "r0 gap.end", 10)},  # fmt: skip
     ),
+    "stream wait: a kernel waits for another stream's work through a CUDA event": (
+        {0: WAITED},
+        ("stream wait", "GPU 0 stream 7"),
+        {("r0 gemm.end", "r0 gap.end", 5)},
+    ),
+    "launch: a kernel held by a stream wait keeps its launch's edge, with no delay": (
+        {0: WAITED},
+        ("launch", "GPU 0 stream 7"),
+        {("r0 cudaLaunchKernel.end", "r0 gap.end", 0)},
+    ),
+    "stream wait: work that ended before the gap began leaves it to the queue": (
+        {0: [step(0, 1000), launch(0, 5, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
+             launch(6, 5, 5), kernel("add", 100, 500, 5), record(12, 2), *stream_wait(20, 3, on=OTHER, recorded=2),
+             launch(30, 10, 4), kernel("relu", 605, 100, 4), op("cudaDeviceSynchronize", 45, 955, cat="cuda_runtime")]},
+        ("queue", "GPU 0 stream 7"),
+        {("r0 gap.start", "r0 gap.end", 5)},
+    ),
     "queue: a kernel launched while the stream was busy waits behind the one before": (
         {0: [step(0, 1000), launch(0, 10, 1), launch(20, 10, 2), op("cudaDeviceSynchronize", 30, 970, cat="cuda_runtime"),  # fmt: skip
              kernel("gemm", 15, 500, 1), kernel("relu", 520, 400, 2)]},
@@ -112,6 +155,26 @@ BUILDERS = {
 @pytest.mark.parametrize("ranks, looked_at, expected", BUILDERS.values(), ids=BUILDERS.keys())
 def test_each_builder_gives_the_edges_of_its_dependency(tmp_path, ranks, looked_at, expected):
     assert edges_of(tmp_path, ranks, *looked_at) == expected
+
+
+@pytest.fixture
+def waited(tmp_path) -> pd.DataFrame:
+    """The events of :data:`WAITED`: a kernel made to wait for another stream's."""
+    write_doc(tmp_path / "rank0.json", trace_doc(WAITED, rank=0, world=1))
+    return load_run(tmp_path, cache=False).events
+
+
+def test_the_path_moves_to_the_stream_whose_work_a_kernel_waited_for(waited):
+    path = critical_path(waited)
+    held = path[path["reason"] == "stream wait"]
+    assert held[["lane", "name", "dur_us"]].values.tolist() == [["GPU 0 stream 7", "relu", 5.0]]
+    before = path.iloc[held.index[0] - 1]
+    assert (before["lane"], before["name"], before["end_us"]) == ("GPU 0 stream 9", "gemm", held["start_us"].iat[0])  # fmt: skip
+
+
+def test_without_the_waited_work_the_kernel_starts_once_launched(waited):
+    # relu then runs 40-140 after its launch, the CPU's wait ends 5 µs later, the step 10 after
+    assert what_if(waited, rank=0, name="gemm").iat[0] == pytest.approx(0.155)
 
 
 def test_every_interval_ends_after_its_own_start_and_starts_where_the_one_before_ended(tmp_path):

@@ -51,7 +51,7 @@ def shift_ranks(events: pd.DataFrame, ranks: Iterable[int], offset_us: float) ->
     node's clock."""
     out = events.copy()
     mine = out["rank"].isin(list(ranks))
-    for column in ("start_us", "end_us", "rel_us", "launch_us"):
+    for column in ("start_us", "end_us", "rel_us", "launch_us", "waits_for_us"):
         if column in out.columns:
             out.loc[mine, column] = out.loc[mine, column] + offset_us
     return out

@@ -5,9 +5,11 @@ Each interval's end is decided by one rule, found in this order; the first that 
 
 1. ``transfer``: a collective matched on several ranks (edges from every rank's arrival);
 2. on a worker lane (a GPU stream, gloo's collective thread), a gap or an annotation with
-   nothing under it: ``launch`` where its next event's issuer ended after the gap began (an
-   edge from the issuer's end), ``queue`` where the issuer had ended before (the lane's own idle
-   time, as measured), its own time where no issuer is found;
+   nothing under it, held by the latest of what its next event waited for: its issuer
+   (``launch``, an edge from the issuer's end) and, on a GPU stream made to wait for a CUDA
+   event, the other stream's work that the event followed (``stream wait``); ``queue`` where
+   all of them had ended before the gap began (the lane's own idle time, as measured), its own
+   time where none is found;
 3. on a thread, a gap, an annotation with nothing under it or a CUDA synchronisation:
    ``wake-up`` where a waker ended close to its end (:func:`.wakers.find_wakers`), else its own
    time (``untraced`` for a gap);
@@ -20,12 +22,12 @@ from the end of the interval before it on its lane (``lane order``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import name_matches
+from ..traces.kinds import GPU_WORK_KINDS, name_matches
 from .graph import Edges, Graph
 from .wakers import (
     IntervalArrays,
@@ -35,9 +37,6 @@ from .wakers import (
     worker_event_issuers,
 )
 
-if TYPE_CHECKING:
-    from .lanes import Lanes
-
 __all__ = [
     "SYNC_CALLS",
     "Ground",
@@ -45,6 +44,7 @@ __all__ = [
     "graph_of",
     "transfer_edges",
     "worker_edges",
+    "stream_waits",
     "wake_edges",
 ]
 
@@ -52,12 +52,15 @@ __all__ = [
 @dataclass
 class Ground:
     """What every builder reads: the run's ``lanes`` (:class:`.lanes.Lanes`, before their
-    graph), their events ``ev`` and their intervals as ``arrays``. A builder is a function of
-    it and of the intervals it may decide (``rows``) that returns what it :class:`Built`."""
+    graph), their events ``ev``, their intervals as ``arrays``, and the run's ``cuda_sync``
+    events (``syncs``: what a stream or a CPU call waited for, where the trace recorded it). A
+    builder is a function of it and of the intervals it may decide (``rows``) that returns what
+    it :class:`Built`."""
 
-    lanes: Lanes
+    lanes: Any  # a .lanes.Lanes (which imports this module)
     ev: pd.DataFrame
     arrays: IntervalArrays
+    syncs: pd.DataFrame
 
 
 @dataclass
@@ -74,8 +77,9 @@ class Built:
 SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy$"
 
 
-def graph_of(lanes, ev: pd.DataFrame) -> Graph:
-    """The dependency graph of ``lanes`` (:class:`.lanes.Lanes`), whose events are ``ev``."""
+def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
+    """The dependency graph of ``lanes`` (:class:`.lanes.Lanes`), whose events are ``ev``, with
+    the run's ``cuda_sync`` events ``syncs`` (none: a trace recorded without them)."""
     iv = lanes.intervals
     arrays = IntervalArrays.of(iv)
     label = arrays.event
@@ -88,7 +92,7 @@ def graph_of(lanes, ev: pd.DataFrame) -> Graph:
     own = np.where(has, "work", "untraced").astype(object)  # the own time of what is left
     decided = np.zeros(len(iv), dtype=bool)
     parts: list[Edges] = []
-    run = Ground(lanes, ev, arrays)
+    run = Ground(lanes, ev, arrays, syncs)
     for build, rows in (
         (transfer_edges, None),
         (worker_edges, may_wait & worker),
@@ -120,11 +124,15 @@ def transfer_edges(run: Ground, rows: np.ndarray) -> Built:
 
 
 def worker_edges(run: Ground, rows: np.ndarray) -> Built:
-    """On a worker lane, each gap (or bare annotation) before an event: ``launch`` from the
-    event's issuer (the kernel's launch call, gloo's ``c10d::`` call; else the interval of its
-    rank's main lane that held the moment it started) where the issuer ended after the gap began;
-    ``queue`` where it had ended before (the lane's previous event held the gap). A gap with no
-    event after it, or an event with no issuer, is left to its own time."""
+    """On a worker lane, each gap (or bare annotation) before an event, held by the latest of
+    what the event waited for: its issuer (``launch``: the kernel's launch call, gloo's
+    ``c10d::`` call; else the interval of its rank's main lane that held the moment it started)
+    and the other streams' work it was made to wait for (``stream wait``,
+    :func:`stream_waits`). Where that latest ended after the gap began, its edge carries the
+    measured delay and decides the gap, and the others are kept with no delay (a what-if that
+    shortens the binding one still meets them); where all had ended before, ``queue`` (the
+    lane's previous event held the gap). A gap with no event after it, or an event that waited
+    for nothing found, is left to its own time."""
     lanes, arrays = run.lanes, run.arrays
     issuers = worker_event_issuers(run.ev, lanes.intervals)
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
@@ -136,11 +144,80 @@ def worker_edges(run: Ground, rows: np.ndarray) -> Built:
     issuer = np.full(len(rows), -1, dtype=np.int64)
     issuer[follows] = [issuers.get(int(e), -1) for e in arrays.event[nxt[follows]]]
     known = issuer >= 0
-    queued = known & (arrays.end[np.maximum(issuer, 0)] <= arrays.start[rows])
-    issued = known & ~queued
-    launched, by = rows[issued], issuer[issued]
-    edges = Edges.of(2 * by + 1, 2 * launched + 1, "launch", arrays.end[launched] - arrays.end[by])
-    return Built(launched, [edges], rows[queued])
+    launch_end = np.where(known, arrays.end[np.maximum(issuer, 0)], -np.inf)
+    held, waited = stream_waits(run, rows)  # positions in rows, and the rows they waited for
+    wait_end = np.full(len(rows), -np.inf)
+    np.maximum.at(wait_end, held, arrays.end[waited])
+    latest = np.maximum(launch_end, wait_end)
+    queued = np.isfinite(latest) & (latest <= arrays.start[rows])
+    decided = np.isfinite(latest) & ~queued
+    gap_end = arrays.end[rows]
+
+    def lag(position: np.ndarray, source_end: np.ndarray) -> np.ndarray:
+        """The measured delay where the source is the latest of a decided gap, else none (and
+        never more than the measured one: a source that ended after the gap did not hold it)."""
+        measured = gap_end[position] - source_end
+        binds = decided[position] & (source_end == latest[position])
+        return np.where(binds, measured, np.minimum(measured, 0.0))
+
+    launched = np.flatnonzero(decided & known)
+    by = issuer[launched]
+    edges = [
+        Edges.of(2 * by + 1, 2 * rows[launched] + 1, "launch", lag(launched, arrays.end[by])),
+        Edges.of(2 * waited + 1, 2 * rows[held] + 1, "stream wait", lag(held, arrays.end[waited])),
+    ]
+    return Built(rows[decided], edges, rows[queued])
+
+
+def stream_waits(run: Ground, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps of ``rows`` before an event that its GPU stream was made to wait for other
+    streams' work (``cudaStreamWaitEvent``, recorded as a ``cuda_sync`` event "Stream Wait
+    Event" with ``enable_cuda_sync_events``): the first work launched on the stream after the
+    wait was issued could not start before the last work launched on the waited stream before
+    the CUDA event was recorded there had ended. Returns pairs: the position in ``rows`` of the
+    gap before the held event, and the interval row of the work it waited for (as HTA's
+    critical path reads them); none in a trace recorded without the sync events."""
+    none = np.zeros(0, dtype=np.int64)
+    syncs = run.syncs
+    syncs = syncs[
+        syncs["stream"].notna().to_numpy()
+        & syncs["wait_stream"].notna().to_numpy()
+        & syncs["waits_for_us"].notna().to_numpy()
+        & syncs["launch_us"].notna().to_numpy()
+    ]
+    if syncs.empty or not len(rows):
+        return none, none
+    ev, arrays = run.ev, run.arrays
+    work = ev[ev["kind"].isin(GPU_WORK_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
+    work = work.sort_values("launch_us", kind="stable")
+    row_of = dict(zip(arrays.event.tolist(), range(len(arrays.event))))  # an event's last row
+    by_stream = {key: g for key, g in work.groupby(["rank", "stream"], observed=True)}
+    gap_of = {int(r) + 1: p for p, r in enumerate(rows.tolist())}  # the event's row -> its gap
+    held, waited = [], []
+    for rank, stream, issued, on, recorded in zip(
+        syncs["rank"], syncs["stream"], syncs["launch_us"], syncs["wait_stream"], syncs["waits_for_us"]
+    ):  # fmt: skip
+        after, before = by_stream.get((rank, stream)), by_stream.get((rank, on))
+        if after is None or before is None:
+            continue
+        first = np.searchsorted(after["launch_us"].to_numpy(), issued, side="right")
+        last = np.searchsorted(before["launch_us"].to_numpy(), recorded, side="left") - 1
+        if first >= len(after) or last < 0:
+            continue
+        first_row = row_of.get(after.index[first])
+        gap = None if first_row is None else gap_of.get(_first_row(arrays, first_row))
+        source = row_of.get(before.index[last])
+        if gap is not None and source is not None:
+            held.append(gap)
+            waited.append(source)
+    return np.asarray(held, dtype=np.int64), np.asarray(waited, dtype=np.int64)
+
+
+def _first_row(arrays: IntervalArrays, row: int) -> int:
+    """The first interval row of the event whose interval is ``row``."""
+    while row > 0 and arrays.event[row - 1] == arrays.event[row] and arrays.lane[row - 1] == arrays.lane[row]:  # fmt: skip
+        row -= 1
+    return row
 
 
 def wake_edges(run: Ground, rows: np.ndarray) -> Built:

@@ -28,6 +28,9 @@ name):
 - ``wake-up``: a thread that waited (a gap, an annotation with nothing under it, a CUDA
   synchronisation) until something on another lane of its rank ended: its *waker* (gloo's
   thread finishing a collective, the autograd thread's op, a kernel), the few µs between;
+- ``stream wait``: a GPU stream's gap until the work on another stream that it was made to
+  wait for ended (``cudaStreamWaitEvent`` on a CUDA event recorded after that work; the trace
+  says so with ``enable_cuda_sync_events``);
 - ``launch``: a worker lane's gap (a GPU stream, gloo's collective thread) until its next event
   was issued (a kernel's launch, a gloo collective's ``c10d::`` call);
 - ``transfer``: a collective matched on several ranks ends when the last rank has arrived, plus
@@ -35,7 +38,7 @@ name):
 - ``begin``: a wait ends no sooner than it began (lag 0);
 - ``lane order``: an interval starts where the one before it on its lane ended.
 
-**Adding a dependency** (a stream waiting for another stream's event, a receive for its send): a
+**Adding a dependency** (a receive waiting for its send, say): a
 row in :data:`DEPENDENCIES` (its name is the path's reason; its place in the table breaks ties),
 a builder in :mod:`.edges` (a function of the run's :class:`~.edges.Ground` and the intervals it
 may decide, that returns what it :class:`~.edges.Built`: those it decided and its
@@ -104,6 +107,9 @@ DEPENDENCIES: tuple[Dependency, ...] = (
                collective=True),
     Dependency("wake-up", "wake-up", False, False, True,
                "a thread's wait, until what it waited for on another lane ended"),
+    Dependency("stream wait", "stream wait", False, False, True,
+               "a GPU stream's gap, until the work on another stream it was made to wait for "
+               "(a CUDA event recorded there) ended", names_next=True),
     Dependency("launch", "launch", False, False, True,
                "a worker lane's gap, until its next event was issued", names_next=True),
     Dependency("work", None, True, True, False, "an event's own time"),

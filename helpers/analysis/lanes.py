@@ -102,7 +102,7 @@ def lane_intervals(events: pd.DataFrame, alone: bool = False, names: str | None 
         intervals.reset_index(drop=True), lanes, steps[["rank", "step", "start_us", "end_us"]]
     )
     _link_collectives(result, matched, least=1 if alone else 2)
-    result.graph = graph_of(result, ev)
+    result.graph = graph_of(result, ev, events[(events["cat"] == "cuda_sync").to_numpy()])
     return result
 
 

@@ -37,7 +37,7 @@ from ._columns import (
 from ._error import NotATrace, TraceError
 from ._header import TraceHeader, describe, header_of
 from ._json import decode, too_deep
-from ._steps import GPU_CATEGORIES, in_steps, launches, link_rows, step_numbers
+from ._steps import GPU_CATEGORIES, in_steps, launches, link_rows, recorded_at, step_numbers
 from ._workers import each_in_processes, worker_failure
 from ..jobs.runs import usable_cores
 
@@ -60,7 +60,10 @@ class FileColumns:
     step: np.ndarray  # the ProfilerStep#N each event starts in (GPU events: launched in), or -1
     # for none (the frame's <NA>)
     launch: np.ndarray  # when the CPU launched each GPU event (absolute µs); NaN otherwise
-    numbers: dict[str, np.ndarray]  # msg_bytes, group_size, seq of collectives; -1 if unknown
+    # msg_bytes, group_size, seq of collectives, and wait_stream (the stream a cuda_sync event
+    # waited for); -1 if unknown
+    numbers: dict[str, np.ndarray]
+    waits_for: np.ndarray  # when the CUDA event a cuda_sync event waited on was recorded; NaN
     skipped: int = 0
 
 
@@ -88,11 +91,13 @@ def read_columns(
     linked = link_rows(text["cat"])
     correlation = ints_of_rows(xs, "args.correlation", linked["correlation"])
     external_id = ints_of_rows(xs, "args.external_id", linked["external_id"])
+    record = ints_of_rows(xs, "args.wait_record", linked["sync"])
+    numbers["wait_stream"] = ints_of_rows(xs, "args.wait_stream", linked["sync"])
     names = thread_names(meta)
     del doc, xs, meta  # free the decoded file before the columns are kept
     order = np.lexsort((-(start + dur), start))  # by start; a parent before its children
-    start, dur, correlation, external_id = (
-        a[order] for a in (start, dur, correlation, external_id)
+    start, dur, correlation, external_id, record = (
+        a[order] for a in (start, dur, correlation, external_id, record)
     )
     text, numbers = _rows_of_columns(text, numbers, order)
     ranks = None
@@ -103,10 +108,12 @@ def read_columns(
     gpu = np.array([c in GPU_CATEGORIES for c in cats] + [False])[gpu_codes]
     steps_of = step_numbers(start, start + dur, text["name"], gpu)
     launch, unlaunched = launches(steps_of, start, gpu, correlation, external_id, ranks)
-    del correlation, external_id
+    waits_for = recorded_at(start, gpu, correlation, record, ranks)
+    del correlation, external_id, record
     if steps is not None:
         keep = in_steps(path, start, start + dur, text["name"], steps_of, gpu, steps)
         start, dur, steps_of, launch = start[keep], dur[keep], steps_of[keep], launch[keep]
+        waits_for = waits_for[keep]
         text, numbers = _rows_of_columns(text, numbers, keep)
         ranks = None if ranks is None else ranks[keep]
         unlaunched = int((gpu[keep] & np.isnan(launch)).sum())
@@ -115,7 +122,8 @@ def read_columns(
     each_rank = np.full(len(start), header.rank, np.int32) if ranks is None else ranks
     text["lane"] = lanes(each_rank, text["pid"], text["tid"], text["cat"], names, ranks is not None)
     return FileColumns(
-        header, start, dur, compact(text), ranks, kind, steps_of, launch, numbers, skipped
+        header, start, dur, compact(text), ranks, kind, steps_of, launch, numbers, waits_for,
+        skipped,
     )
 
 

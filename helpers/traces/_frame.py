@@ -26,11 +26,14 @@ TEXT_COLUMNS = (
 )  # fmt: skip
 #: The numeric columns that describe a collective (from ``record_param_comms`` / kernel args).
 COMM_NUMBERS = ("msg_bytes", "group_size", "seq")
+#: The integer columns, <NA> where unknown: those of a collective, and the stream that a
+#: ``cuda_sync`` event waited for.
+NUMBERS = (*COMM_NUMBERS, "wait_stream")
 #: The frame's columns, in order.
 COLUMNS = (
     "rank", "name", "cat", "kind", "pid", "tid", "lane", "start_us", "dur_us", "end_us",
     "collective", "shapes", "stream", "step", "rel_us", "launch_us", "process_group",
-    "call_from", *COMM_NUMBERS,
+    "call_from", *NUMBERS, "waits_for_us",
 )  # fmt: skip
 
 
@@ -56,7 +59,8 @@ def frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
         "dur_us": _fill(parts, _take("dur"), n, np.float64, where),
         "step": _fill(parts, _take("step"), n, np.int32, where),
         "launch_us": _fill(parts, _take("launch"), n, np.float64, where),
-        **{c: _fill(parts, _take_number(c), n, np.int64, where) for c in COMM_NUMBERS},
+        "waits_for_us": _fill(parts, _take("waits_for"), n, np.float64, where),
+        **{c: _fill(parts, _take_number(c), n, np.int64, where) for c in NUMBERS},
     }
     text = {c: _codes(parts, c, n, where) for c in TEXT_COLUMNS}
     del where
@@ -76,7 +80,7 @@ def frame(parts: Sequence[FileColumns]) -> pd.DataFrame:
         rel_us=start - (start[0] if n else 0.0),
         stream=pd.arrays.IntegerArray(stream, stream < 0),
         step=pd.arrays.IntegerArray(step, step < 0),
-        **{c: pd.arrays.IntegerArray(columns[c], columns[c] < 0) for c in COMM_NUMBERS},
+        **{c: pd.arrays.IntegerArray(columns[c], columns[c] < 0) for c in NUMBERS},
     )
     return pd.DataFrame({c: columns.pop(c) for c in COLUMNS}, copy=False)
 

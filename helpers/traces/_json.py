@@ -36,7 +36,9 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     """The few ``args`` that become columns; the rest is skipped while parsing.
 
     ``correlation`` links a GPU event to the CUDA runtime call that launched it (both carry
-    the same id); ``external_id`` links a GPU annotation to its CPU annotation. The others
+    the same id); ``external_id`` links a GPU annotation to its CPU annotation; ``wait_stream``
+    and ``wait_record`` say what a ``cuda_sync`` event waited for (the stream, and the
+    correlation of the ``cudaEventRecord`` call that recorded the CUDA event on it). The others
     describe a collective (on ``record_param_comms`` and, in newer traces, on NCCL kernels)."""
 
     name: Any = None
@@ -54,6 +56,9 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     group_size: int = msgspec.field(default=-1, name="Group size")
     seq: int = msgspec.field(default=-1, name="Seq")
     call_from: Any = msgspec.field(default=None, name="CallFrom")  # python_function: its caller
+    # cuda_sync: the stream waited for, and the correlation of the cudaEventRecord waited on
+    wait_stream: int = msgspec.field(default=-1, name="wait_on_stream")
+    wait_record: int = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
 
 
 _NO_ARGS = _Args()

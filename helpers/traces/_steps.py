@@ -77,13 +77,8 @@ def launches(
     launch = np.full(len(step), np.nan)
     if not gpu.any():
         return launch, 0
-    groups = (
-        [np.arange(len(step))]
-        if ranks is None
-        else [np.flatnonzero(ranks == r) for r in np.unique(ranks)]
-    )
     missing = 0
-    for rows in groups:
+    for rows in _each_rank(len(step), ranks):
         kernels = rows[gpu[rows]]
         if not len(kernels):
             continue
@@ -102,6 +97,37 @@ def launches(
         launch[kernels[linked]] = start[source[linked]]
         missing += int((~linked).sum())
     return launch, missing
+
+
+def recorded_at(
+    start: np.ndarray,
+    gpu: np.ndarray,
+    correlation: np.ndarray,
+    record: np.ndarray,
+    ranks: np.ndarray | None,
+) -> np.ndarray:
+    """When the CPU recorded the CUDA event that each event waited on: for a ``cuda_sync``
+    event that names one (``record``, the ``wait_on_cuda_event_record_corr_id`` of a stream or
+    CPU waiting for an event), the start of the ``cudaEventRecord`` call with that correlation;
+    NaN for every other event and where the call is not in the trace. The event completes when
+    the work its stream was given before that moment has run."""
+    at = np.full(len(start), np.nan)
+    if not (record >= 0).any():
+        return at
+    for rows in _each_rank(len(start), ranks):
+        waits = rows[record[rows] >= 0]
+        calls = rows[~gpu[rows] & (correlation[rows] >= 0)]
+        source = _rows_of(calls, _first_equal(correlation[calls], record[waits]))
+        at[waits[source >= 0]] = start[source[source >= 0]]
+    return at
+
+
+def _each_rank(n: int, ranks: np.ndarray | None) -> list[np.ndarray]:
+    """The rows of each rank's events (all ``n`` rows when the file is one rank's): in a
+    merged file ids repeat across ranks, so each rank is matched on its own."""
+    if ranks is None:
+        return [np.arange(n)]
+    return [np.flatnonzero(ranks == r) for r in np.unique(ranks)]
 
 
 def _step_of_name(name: tuple[np.ndarray, list], gpu: np.ndarray) -> np.ndarray:
@@ -142,11 +168,13 @@ def in_steps(
 def link_rows(cat: tuple[np.ndarray, list]) -> dict[str, np.ndarray]:
     """The events whose ids can link a GPU event to its launch (the others are not read):
     ``correlation`` on GPU events and runtime/driver calls, ``External id`` on annotations
-    (a GPU annotation and its CPU annotation share it). None of them in a CPU-only trace."""
+    (a GPU annotation and its CPU annotation share it); and the ``cuda_sync`` events, which say
+    what they waited for (``sync``). None of them in a CPU-only trace."""
     codes, cats = cat
     gpu = [c in GPU_CATEGORIES for c in cats]
     if not any(gpu):
-        return {"correlation": np.array([], np.int64), "external_id": np.array([], np.int64)}
+        none = np.array([], np.int64)
+        return {"correlation": none, "external_id": none, "sync": none}
     launches = [g or "runtime" in c or "driver" in c for c, g in zip(cats, gpu)]
     annotations = [c in ("gpu_user_annotation", "user_annotation") for c in cats]
     if "gpu_user_annotation" not in cats:
@@ -155,4 +183,8 @@ def link_rows(cat: tuple[np.ndarray, list]) -> dict[str, np.ndarray]:
     def rows(wanted: list[bool]) -> np.ndarray:
         return np.flatnonzero(np.append(np.asarray(wanted, bool), False)[codes])
 
-    return {"correlation": rows(launches), "external_id": rows(annotations)}
+    return {
+        "correlation": rows(launches),
+        "external_id": rows(annotations),
+        "sync": rows([c == "cuda_sync" for c in cats]),
+    }

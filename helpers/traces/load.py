@@ -113,7 +113,10 @@ def load_trace(
     pid, tid, lane, start_us, dur_us, end_us, collective, shapes, stream, step, rel_us``
     (µs since the trace's first event), ``launch_us`` and, for collectives where the trace
     records them, ``process_group, msg_bytes, group_size, seq``; ``call_from`` is where a
-    Python function was called from (``file:line``; traces made with ``with_stack=True``).
+    Python function was called from (``file:line``; traces made with ``with_stack=True``);
+    ``wait_stream`` and ``waits_for_us`` say what a ``cuda_sync`` event (recorded with
+    ``enable_cuda_sync_events``) waited for: the stream, and when the CUDA event it waited on
+    was recorded there (the start of its ``cudaEventRecord`` call).
     ``step`` is the ``ProfilerStep#N`` an event starts in (``<NA>`` outside every step),
     except for GPU events: they carry the step whose CPU code launched them (a kernel often
     runs after its step's CPU work has ended), and ``launch_us`` is when that launch happened
