@@ -4,6 +4,10 @@ the real traces of ../shared, where each step's path must tile its wall time."""
 
 from __future__ import annotations
 
+import gzip
+import json
+
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -250,3 +254,62 @@ def test_the_path_of_two_real_ranks_of_a_128_gpu_job_tiles_each_step(real_traces
     ).events
     path = critical_path(events)
     assert ((_tiles(path, events) - 1).abs() < 0.01).all()
+    # their NCCL send/receive kernels, matched only by order, pair two different peers: they are
+    # no collective the two ranks wait for (with them, the replay was 14 % off)
+    assert not (path["reason"] == "transfer").any()
+    assert replay_error(events).max() < 0.01
+
+
+def _iterations(marks: list[tuple[float, float]]) -> list[dict]:
+    """A CPU-only rank with no profiler step: an annotation ``iteration`` per ``(ts, dur)``,
+    an op filling each."""
+    events = []
+    for ts, dur in marks:
+        events += [X("iteration", 1, ts, dur, cat="user_annotation"), X("aten::mm", 1, ts, dur)]
+    return events
+
+
+WINDOWS = {
+    # a window runs from the end of the one before (step_windows): the second from 300 to 600
+    "each instance of an annotation, numbered from 0": ("iteration", [0, 1], [300.0, 300.0]),
+    "the whole trace, from its first event to its last": ("trace", [0], [600.0]),
+}
+
+
+@pytest.mark.parametrize("window, steps, lengths", WINDOWS.values(), ids=WINDOWS.keys())
+def test_a_trace_without_profiler_steps_has_its_path_in_the_windows_asked_for(
+    tmp_path, write, kineto, window, steps, lengths
+):
+    events = run_of(tmp_path, write, kineto, {0: _iterations([(0, 300), (400, 200)])})
+    path = critical_path(events, window=window)
+    assert sorted(path["step"].unique()) == steps
+    assert path.groupby("step")["dur_us"].sum().tolist() == lengths
+    assert what_if(events, rank=0, name="aten::mm", window=window).attrs["measured"].index.tolist() == steps  # fmt: skip
+
+
+def test_a_window_the_trace_does_not_hold_is_named_in_the_error(tmp_path, write, kineto):
+    events = run_of(tmp_path, write, kineto, {0: _iterations([(0, 300)])})
+    with pytest.raises(ValueError, match="window='epoch'.*window='trace'"):
+        critical_path(events, window="epoch")
+
+
+def test_htas_own_gpu_path_and_ours_share_their_gpu_time(real_traces):
+    """HTA's critical path of its AlexNet trace (its expected output: ``args.critical`` on each
+    event of its path) against ours over the same window, the ``[param|cuda]`` annotation."""
+    folder = real_traces / "hta/critical_path"
+    events = load_run([folder / "simple_add/benchmark_result_493459_1694039959_trace.json.gz"], cache=False).events  # fmt: skip
+    ours = critical_path(events, window="[param|cuda]")
+    ours = ours[ours["kind"].isin(["gpu kernel", "gpu memory"])]
+    raw = json.loads(gzip.open(folder / "simple_add_hta_output/overlaid_critical_path_trace.json.gz").read())  # fmt: skip
+    theirs = [e for e in raw["traceEvents"] if (e.get("args") or {}).get("critical") == 1 and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]  # fmt: skip
+    starts, ends = (np.array([e["ts"] for e in theirs]), np.array([e["ts"] + e["dur"] for e in theirs]))  # fmt: skip
+    common = sum(np.clip(np.minimum(ends, b) - np.maximum(starts, a), 0, None).sum() for a, b in zip(ours["start_us"], ours["end_us"]))  # fmt: skip
+    assert common / (ends - starts).sum() > 0.95  # 98.7 %
+    assert common / ours["dur_us"].sum() > 0.9  # 94.8 %
+    # where HTA alone goes to the GPU (the forward's last six kernels), the GPU had finished
+    # them before the CPU called cudaDeviceSynchronize: the CPU's own work held the end
+    only_theirs = [e for e, a in zip(theirs, starts) if not ((ours["start_us"] <= a) & (a < ours["end_us"])).any()]  # fmt: skip
+    syncs = events[events["name"] == "cudaDeviceSynchronize"]["start_us"].to_numpy()
+    for event in only_theirs:
+        end = event["ts"] + event["dur"]
+        assert syncs[syncs > end].min() - end > 200

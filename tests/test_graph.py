@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, complete_event, trace_doc, write_doc
+from helpers import critical_path, what_if
 from helpers.analysis.graph import DEPENDENCIES, DEPENDENCY, Edges, Graph, retime
 from helpers.analysis.lanes import _flatten, lane_intervals
-from helpers import critical_path, what_if
 from helpers.traces import load_run
 
 MAIN, GLOO, STREAM = 1, 2, 7  # the main thread, gloo's thread, a GPU stream
@@ -108,6 +108,18 @@ BUILDERS = {
              op("aten::add", 20_000 - 1, 1)]},
         ("wake-up", "thread 1"),
         set(),
+    ),
+    "wake-up: a kernel that ends near a thread's gap does not wake a thread not synchronising": (
+        {0: [step(0, 1000), launch(0, 10, 1), kernel("gemm", 15, 780, 1), op("aten::mm", 20, 100),
+             op("aten::add", 800, 200)]},
+        ("wake-up", "thread 1"),
+        set(),
+    ),
+    "wake-up: a launch held by a full queue returns when a kernel launched before it ends": (
+        {0: [step(0, 1000), launch(0, 10, 1), kernel("gemm", 15, 485, 1), launch(20, 485, 2),
+             kernel("relu", 510, 390, 2), op("cudaDeviceSynchronize", 505, 400, cat="cuda_runtime")]},
+        ("wake-up", "thread 1"),
+        {("r0 gemm.end", "r0 cudaLaunchKernel.end", 5), ("r0 relu.end", "r0 cudaDeviceSynchronize.end", 5)},
     ),
     "launch: a stream's gap ends when the kernel's launch call ends": (
         {0: [step(0, 1000), launch(0, 10, 1), launch(300, 20, 2), op("cudaDeviceSynchronize", 320, 680, cat="cuda_runtime"),  # fmt: skip

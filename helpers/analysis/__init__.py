@@ -18,7 +18,8 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``rpc``: the node of each event of an RPC trace, the calls and the remote work they caused
   (and whether each call encloses it), parallel lanes.
 - ``overhead``: what profiling costs a training step.
-- ``lanes`` (every lane cut into intervals), ``graph`` (the dependencies between their moments,
+- ``windows`` (what the path is found in: the profiler's steps, the instances of an
+  annotation, or the whole trace), ``lanes`` (every lane cut into intervals), ``graph`` (the dependencies between their moments,
   one table of edges and one registry of the kinds of dependency; ``edges``: its builders, with
   ``wakers``: what ended each wait), ``critical_path``, ``replay``: what held each step (the
   chain of work across the ranks that decided when it ended) and what shortening some of it would

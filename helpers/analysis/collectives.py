@@ -107,6 +107,22 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     return ev
 
 
+#: Point-to-point operations among the collectives' events: NCCL's send/receive kernels, the
+#: backends' send and receive spans.
+POINT_TO_POINT = r"(?i)SendRecv|^(?:gloo|nccl|mpi|c10d)[:_]+(?:send|recv)"
+
+
+def paired_by_guess(matched: pd.DataFrame) -> np.ndarray:
+    """Per row of :func:`matched_collectives`, whether it is a point-to-point operation matched
+    only by its name and order: a send on one rank and a receive on another (two stages of a
+    pipeline, or two ranks of a ring) cannot be paired by counting, so these are no collective
+    instance that several ranks wait for."""
+    if matched.empty:
+        return np.zeros(0, dtype=bool)
+    by_order = (matched["matched_by"].astype(str) == _MATCHED_BY["order"]).to_numpy()
+    return by_order & name_matches(matched, POINT_TO_POINT)
+
+
 def on_every_rank(ev: pd.DataFrame) -> pd.DataFrame:
     """The collectives seen on every rank they belong to: all loaded ranks, or, where the
     trace gives the group's size, that many ranks (a collective of a smaller group)."""

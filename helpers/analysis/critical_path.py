@@ -45,20 +45,24 @@ __all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
 _COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank"]  # fmt: skip
 
 
-def critical_path(events: pd.DataFrame) -> pd.DataFrame:
+def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     """For every step of ``events`` (``load_run(...).events``), the chain of work that decided
-    when the step ended, one row per segment, in time order:
+    when the step ended, one row per segment, in time order (``window``: other windows than
+    the profiler's steps, :func:`.windows.window_steps`: ``"trace"`` for the whole trace, or the
+    name of an annotation that marks each iteration, its instances numbered from 0 in
+    ``step``):
 
     ``step, rank, lane, name, kind, start_us, end_us, dur_us``: where the path was and what it
     was doing; ``reason``: ``work`` (an event's own time), ``untraced`` (time on a thread with
     no event: Python between ops, a sleep, an input pipeline), ``transfer`` (a collective after
     its last rank arrived; ``rank`` is that last rank), ``launch`` (an issued GPU kernel or gloo
     collective not started yet), ``queue`` (a worker lane busy with earlier work), ``wake-up``
-    (a thread resuming after what it waited for); ``to_rank``: where the path goes on after a
-    transfer when that is another rank (else ``<NA>``).
+    (a thread resuming after what it waited for), ``stream wait`` (a GPU stream held until
+    another stream's work ended); ``to_rank``: where the path goes on after a transfer when
+    that is another rank (else ``<NA>``).
 
-    The rules are in the module's docstring. Raises ValueError without profiler steps."""
-    return path_of(lane_intervals(events), events)
+    The rules are in the module's docstring. Raises ValueError without the windows asked for."""
+    return path_of(lane_intervals(events, window=window), events)
 
 
 class Stop(NamedTuple):

@@ -10,9 +10,11 @@ Each interval's end is decided by one rule, found in this order; the first that 
    event, the other stream's work that the event followed (``stream wait``); ``queue`` where
    all of them had ended before the gap began (the lane's own idle time, as measured), its own
    time where none is found;
-3. on a thread, a gap, an annotation with nothing under it or a CUDA synchronisation:
-   ``wake-up`` where a waker ended close to its end (:func:`.wakers.find_wakers`), else its own
-   time (``untraced`` for a gap);
+3. on a thread, a gap, an annotation with nothing under it or a CUDA call that can block
+   (:data:`SYNC_CALLS`): ``wake-up`` where a waker ended close to its end
+   (:func:`.wakers.find_wakers`: for a CUDA call, GPU work launched before it; for the others,
+   an event on another CPU thread of the rank: a thread outside a CUDA call does not wait for
+   the GPU), else its own time (``untraced`` for a gap);
 4. anything else: its own time (``work``).
 
 Every interval also gets the edge from its own start (its own time; ``begin`` for a wait) and
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_WORK_KINDS, name_matches
+from ..traces.kinds import GPU_CATEGORIES, name_matches
 from .graph import Edges, Graph
 from .wakers import (
     IntervalArrays,
@@ -73,8 +75,10 @@ class Built:
     queued: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-#: CUDA runtime calls that block the CPU until the GPU has done something.
-SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy$"
+#: CUDA runtime calls that can block the CPU until the GPU has done something: the
+#: synchronisations, a copy (to pageable host memory even ``cudaMemcpyAsync`` returns only once
+#: the copy is done), and a launch (it blocks while the stream's launch queue is full).
+SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy(?:Async)?$|^cu(?:da)?LaunchKernel(?:ExC)?$"
 
 
 def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
@@ -188,7 +192,7 @@ def stream_waits(run: Ground, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     if syncs.empty or not len(rows):
         return none, none
     ev, arrays = run.ev, run.arrays
-    work = ev[ev["kind"].isin(GPU_WORK_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
+    work = ev[ev["cat"].isin(GPU_CATEGORIES).to_numpy() & ev["launch_us"].notna().to_numpy()]
     work = work.sort_values("launch_us", kind="stable")
     row_of = dict(zip(arrays.event.tolist(), range(len(arrays.event))))  # an event's last row
     by_stream = {key: g for key, g in work.groupby(["rank", "stream"], observed=True)}
@@ -223,8 +227,9 @@ def _first_row(arrays: IntervalArrays, row: int) -> int:
 def wake_edges(run: Ground, rows: np.ndarray) -> Built:
     """``wake-up``: on a thread, each gap, annotation with nothing under it or CUDA
     synchronisation that ended when something on another lane of its rank ended (its waker,
-    :func:`.wakers.find_wakers`; for a synchronisation, only work on a GPU): an edge from the
-    waker's end. The others are left to their own time."""
+    :func:`.wakers.find_wakers`: for a synchronisation, work on a GPU; for the others, an event
+    on another CPU thread): an edge from the waker's end. The others are left to their own
+    time."""
     if not len(rows):
         return Built(rows, [])
     lanes, ev, arrays = run.lanes, run.ev, run.arrays

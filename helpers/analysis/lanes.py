@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_COPY_CATEGORIES, GPU_WORK_KINDS, event_names
-from .collectives import collectives_with_waits, matched_collectives
+from ..traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, event_names
+from .collectives import collectives_with_waits, matched_collectives, paired_by_guess
 from .edges import SYNC_CALLS, graph_of
 from .graph import Graph
 from .intervals import merge_intervals
 from .wakers import WAKE_TOLERANCE_US
+from .windows import window_steps
 
 __all__ = ["Lanes", "lane_intervals", "WAKE_TOLERANCE_US", "SYNC_CALLS"]
 
@@ -57,18 +58,24 @@ class Lanes:
     keys: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
-def lane_intervals(events: pd.DataFrame, alone: bool = False, names: str | None = None) -> Lanes:
-    """Every lane of ``events`` (``load_run(...).events``) cut into intervals, each with the rule
-    that ends it (see the module). ``alone``: ``events`` are one rank's, read on their own (a run
-    read rank by rank): each of its collectives is an instance of its own. ``names``: the
-    collectives' names (default: :func:`helpers.collective_source`'s choice). Raises ValueError
-    without ``ProfilerStep#N`` events."""
-    steps = events[(events["kind"] == "step").to_numpy()].dropna(subset=["step"])
-    if steps.empty:
-        raise ValueError(
-            "no ProfilerStep#N events: the critical path is found step by step; profile with "
-            "a schedule (torch.profiler.schedule) and call prof.step() after each step"
-        )
+def lane_intervals(
+    events: pd.DataFrame, alone: bool = False, names: str | None = None, window: str | None = None
+) -> Lanes:
+    """Every lane of ``events`` cut into intervals, each with the rule that ends it (see the
+    module).
+
+    Args:
+        events: a run's events (``load_run(...).events``).
+        alone: ``events`` are one rank's, read on their own (a run read rank by rank): each of
+            its collectives is an instance of its own.
+        names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
+        window: the windows that are the steps (:func:`.windows.window_steps`; default:
+            ``ProfilerStep#N``).
+
+    Raises:
+        ValueError: there is no such window.
+    """
+    steps = window_steps(events, window)
     window = steps.groupby("rank", observed=True).agg(lo=("start_us", "min"), hi=("end_us", "max"))
     copies = events["cat"].astype(str).isin(GPU_COPY_CATEGORIES).to_numpy()
     ev = events[~events["kind"].isin(_SKIPPED).to_numpy() & ~copies].join(
@@ -86,7 +93,7 @@ def lane_intervals(events: pd.DataFrame, alone: bool = False, names: str | None 
             if events["rank"].nunique() > 1
             else events.iloc[:0]
         )
-    matched = matched[matched.index.isin(ev.index)]
+    matched = matched[matched.index.isin(ev.index) & ~paired_by_guess(matched)]
     cuts = {r: np.unique(g[["start_us", "end_us"]].to_numpy()) for r, g in steps.groupby("rank")}
     parts = []
     by_lane = dict(list(ev.groupby(["rank", "lane"], observed=True, sort=False)))
@@ -114,7 +121,7 @@ def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     collective = event_names(ev).str.match(r"^(?:gloo|mpi):").to_numpy()
     rows = []
     for (rank, lane), mine in ev.groupby(["rank", "lane"], observed=True, sort=True):
-        gpu = bool(mine["kind"].isin(GPU_WORK_KINDS).all())
+        gpu = bool(mine["cat"].isin(GPU_CATEGORIES).all())
         spans = mine[collective[ev.index.get_indexer(mine.index)]]
         rows.append((rank, str(lane), gpu or _inside(mine, spans), gpu))
     for rank, lane in main.items():

@@ -64,17 +64,22 @@ def _step_durations(lanes: Lanes, start: np.ndarray, end: np.ndarray) -> pd.Data
     return table.pivot(index="step", columns="rank", values="ms").rename_axis(columns="rank")
 
 
-def replay_step_times(events: pd.DataFrame, lanes: Lanes | None = None) -> pd.DataFrame:
+def replay_step_times(
+    events: pd.DataFrame, lanes: Lanes | None = None, window: str | None = None
+) -> pd.DataFrame:
     """The step times (ms; rows: step, columns: rank, as :func:`helpers.step_times`) of the run
-    re-timed with everything as measured: how well the model reproduces the run."""
-    lanes = lane_intervals(events) if lanes is None else lanes
+    re-timed with everything as measured: how well the model reproduces the run (``window``:
+    the windows that are the steps, as :func:`helpers.critical_path` takes them)."""
+    lanes = lane_intervals(events, window=window) if lanes is None else lanes
     return _step_durations(lanes, *retime(lanes))
 
 
-def replay_error(events: pd.DataFrame, lanes: Lanes | None = None) -> pd.Series:
+def replay_error(
+    events: pd.DataFrame, lanes: Lanes | None = None, window: str | None = None
+) -> pd.Series:
     """Per step, how far the replayed step time is from the measured one, as a fraction of the
     measured (both the median over ranks): 0.01 is 1 %."""
-    lanes = lane_intervals(events) if lanes is None else lanes
+    lanes = lane_intervals(events, window=window) if lanes is None else lanes
     return _error(replay_step_times(events, lanes), _measured_per_rank(lanes))
 
 
@@ -95,6 +100,7 @@ def what_if(
     name: str,
     factor: float = 0.0,
     lanes: Lanes | None = None,
+    window: str | None = None,
 ) -> pd.Series:
     """The step times predicted if some of one rank's events took a share of their time.
 
@@ -110,6 +116,8 @@ def what_if(
             op): the events of ``rank`` that change.
         factor: the share of their time they take: 0, by default, is no time.
         lanes: :func:`helpers.analysis.lanes.lane_intervals` of ``events``, when already made.
+        window: the windows that are the steps, as :func:`helpers.critical_path` takes them
+            (default: the profiler's steps).
 
     Returns:
         The predicted step times in ms (the median over ranks), a Series indexed by step; its
@@ -119,7 +127,7 @@ def what_if(
     Raises:
         ValueError: no event of ``rank`` matches ``name`` within its profiler steps.
     """
-    lanes = lane_intervals(events) if lanes is None else lanes
+    lanes = lane_intervals(events, window=window) if lanes is None else lanes
     mine = events[(events["rank"] == rank).to_numpy() & name_matches(events, name)]
     iv = lanes.intervals
     shrink = np.ones(len(iv))
@@ -134,7 +142,7 @@ def what_if(
         hit += int(inside.any())
     if not hit:
         raise ValueError(
-            f"no event of rank {rank} matches {name!r} within its profiler steps: name an event "
+            f"no event of rank {rank} matches {name!r} within its steps: name an event "
             "of that rank (a regular expression on event names, e.g. 'DataLoader' or "
             "'^aten::convolution_backward$')"
         )

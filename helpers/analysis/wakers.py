@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_WORK_KINDS, name_matches
+from ..traces.kinds import GPU_CATEGORIES, name_matches
 
 __all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
 
@@ -26,9 +26,14 @@ LONG_WAIT_SHARE = 0.01
 
 def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
     """Per rank, each event's last interval (where the event ends), sorted by its end:
-    ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start)``."""
+    ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start, its launch)`` (the launch: NaN
+    for an event not launched from the CPU)."""
     last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
-    last = last.assign(began=ev["start_us"].reindex(last["event"].to_numpy()).to_numpy())
+    labels = last["event"].to_numpy()
+    last = last.assign(
+        began=ev["start_us"].reindex(labels).to_numpy(),
+        launched=ev["launch_us"].reindex(labels).to_numpy(),
+    )
     return {
         rank: (
             g["end_us"].to_numpy(),
@@ -36,6 +41,7 @@ def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict
             g["lane_id"].to_numpy(),
             gpu_lane[g["lane_id"].to_numpy()],
             g["began"].to_numpy(),
+            g["launched"].to_numpy(),
         )  # fmt: skip
         for rank, g in last.sort_values("end_us").groupby("rank")
     }
@@ -45,13 +51,12 @@ def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict
 _PAIRS_AT_ONCE = 2_000_000
 
 
-def find_wakers(
-    iv: IntervalArrays, rows: np.ndarray, ends: dict, gpu_only: np.ndarray
-) -> np.ndarray:
+def find_wakers(iv: IntervalArrays, rows: np.ndarray, ends: dict, sync: np.ndarray) -> np.ndarray:
     """For each of ``rows``, the interval on another lane of its rank whose event ended closest
     to the row's end (-1: none): after the row began, at most the tolerance (or a hundredth of
     the row) before its end, and at most the tolerance or the row's own length after it (a span
-    closed late), of an event that began before the row ended. An end after the row's counts
+    closed late), of an event that began before the row ended and, on a GPU, was launched
+    before the row began (a call is not woken by what it launched itself). An end after the row's counts
     half a microsecond farther; of equal ones, the one first in ``ends``' order wins.
 
     Args:
@@ -59,13 +64,16 @@ def find_wakers(
         rows: the intervals to find a waker for.
         ends: per rank, its events' ends, sorted, each with its interval, lane, whether it is
             on a GPU and when its event began.
-        gpu_only: per row, whether only an event on a GPU lane may wake it.
+        sync: per row, whether it is a CUDA synchronisation: only work on a GPU wakes one,
+            and only an event on a CPU thread wakes any other (a thread that is not inside a
+            synchronisation call does not wait for the GPU: a kernel that ended near the end
+            of its gap is a coincidence).
     """
     found = np.full(len(rows), -1, dtype=np.int64)
     for rank in np.unique(iv.rank[rows]):
         if rank not in ends:
             continue
-        times, their_rows, lanes, gpu, began = ends[rank]
+        times, their_rows, lanes, gpu, began, launched = ends[rank]
         mine = np.flatnonzero(iv.rank[rows] == rank)  # positions in rows
         start, end = iv.start[rows[mine]], iv.end[rows[mine]]
         before = np.maximum(WAKE_TOLERANCE_US, LONG_WAIT_SHARE * (end - start))
@@ -78,8 +86,9 @@ def find_wakers(
             owner = np.repeat(np.arange(len(chunk)), n)  # one row per (row, candidate)
             at = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n - lo[part], n)
             this_end, this_lane = iv.end[rows[chunk]][owner], iv.lane[rows[chunk]][owner]
+            this_start = iv.start[rows[chunk]][owner]
             distance = np.abs(times[at] - this_end) + np.where(times[at] > this_end, 0.5, 0.0)
-            ok = (lanes[at] != this_lane) & (began[at] < this_end) & (gpu[at] | ~gpu_only[chunk][owner])  # fmt: skip
+            ok = (lanes[at] != this_lane) & (began[at] < this_end) & (gpu[at] == sync[chunk][owner]) & ~(launched[at] >= this_start)  # fmt: skip
             order = np.lexsort((at, np.where(ok, distance, np.inf), owner))
             first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order  # fmt: skip
             first = first[ok[first]]
@@ -96,7 +105,7 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     found: dict[int, int] = {}
     runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
     launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
-    gpu = ev[ev["kind"].isin(GPU_WORK_KINDS).to_numpy() & ev["launch_us"].notna().to_numpy()]
+    gpu = ev[ev["cat"].isin(GPU_CATEGORIES).to_numpy() & ev["launch_us"].notna().to_numpy()]
     for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
         issuer = launch.get((rank, at))
         if issuer in row_of.index:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ._steps import GPU_CATEGORIES
+
 __all__ = [
     "Kind",
     "KINDS",
@@ -35,6 +37,7 @@ __all__ = [
     "GPU_WORK_KINDS",
     "GPU_WORK_CATEGORIES",
     "GPU_COPY_CATEGORIES",
+    "GPU_CATEGORIES",
     "event_kind",
     "event_names",
     "name_matches",
