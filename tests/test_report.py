@@ -148,6 +148,20 @@ def test_two_ranks_of_a_128_rank_gpu_job_say_who_is_missing_and_that_neither_sta
     assert (gpu["launch to start (ms, median)"] > 0).all()
 
 
+STREAM_WAITS = {
+    "several streams, no sync events: the waits the path cannot see are said": (TWO_OF_128, True),
+    "sync events recorded: nothing to add": ("cuda_event_sync_multi_stream", False),
+}
+
+
+@pytest.mark.parametrize("traces, said", STREAM_WAITS.values(), ids=STREAM_WAITS.keys())
+def test_a_gpu_trace_recorded_without_sync_events_says_how_to_record_them(real_traces, traces, said):  # fmt: skip
+    if traces == "cuda_event_sync_multi_stream":
+        traces = real_traces / "hta/critical_path" / traces
+    text = build_report(traces).section("What the traces cannot tell").text
+    assert ("enable_cuda_sync_events=True" in text) == said
+
+
 def test_a_gpu_report_decides_once_which_events_are_the_collectives(monkeypatch):
     import helpers.analysis.collectives as collectives
     import helpers.report.build as build

@@ -38,7 +38,7 @@ from ..traces import (
     trace_files,
 )
 from ..traces.export import written_by_merge
-from .cautions import Facts, cautions, missing_ranks
+from .cautions import Facts, cautions, missing_ranks, stream_waits_unseen
 from .held import HELD, held_section_of
 from .sections import (
     Section,
@@ -324,6 +324,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
         step_ms=step_ms,
         rank_by_rank=not whole,
         failed=list(dict.fromkeys(failed)),
+        stream_waits_unseen=gpu and whole and stream_waits_unseen(events),
     )
     caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
     written = [s for s in sections if s is not None]

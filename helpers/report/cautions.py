@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-__all__ = ["Facts", "cautions", "missing_ranks", "waiting_points_outside"]
+from ..traces.kinds import GPU_WORK_CATEGORIES
+
+__all__ = ["Facts", "cautions", "missing_ranks", "waiting_points_outside", "stream_waits_unseen"]
 
 #: Every profiled rank waiting at least this share of a step, and the one that waits least at
 #: least this share of what the others wait, points outside them.
@@ -20,7 +22,8 @@ class Facts:
     record, whether they have steps, how many ``folders`` they came from, GPU events without a
     launch, files ``skipped`` and loader ``notes``, each rank's median ``waiting`` per step (ms)
     and the median step (``step_ms``), whether the run was read ``rank_by_rank``, and the
-    sections that ``failed`` (title, what went wrong)."""
+    sections that ``failed`` (title, what went wrong), and whether GPU streams may have waited
+    for each other where the traces cannot show it (``stream_waits_unseen``)."""
 
     ranks: list[int]
     world_size: int | None
@@ -33,6 +36,7 @@ class Facts:
     step_ms: float | None = None
     rank_by_rank: bool = False
     failed: list[tuple[str, str]] = field(default_factory=list)
+    stream_waits_unseen: bool = False
 
 
 def missing_ranks(ranks: list[int], world_size: int | None) -> list[int]:
@@ -51,6 +55,36 @@ def waiting_points_outside(waiting: pd.Series | None, step_ms: float | None) -> 
     return least > WAITING_SHARE * step_ms and least > ALIKE * others
 
 
+def stream_waits_unseen(events: pd.DataFrame) -> bool:
+    """Whether some rank ran GPU work on two streams or more while the traces hold no
+    ``cuda_sync`` event (recorded with ``enable_cuda_sync_events``)."""
+    if (events["cat"] == "cuda_sync").any():
+        return False
+    work = events[events["cat"].isin(GPU_WORK_CATEGORIES).to_numpy()]
+    return bool((work.groupby("rank")["stream"].nunique() > 1).any())
+
+
+def _missing_said(facts: Facts) -> list[str]:
+    """The sentences on the ranks that left no trace, and where the waiting then points."""
+    missing = missing_ranks(facts.ranks, facts.world_size)
+    if not missing:
+        return []
+    said = [
+        f"{len(missing)} of the job's {facts.world_size} ranks left no trace here "
+        f"(profiled {len(facts.ranks)}). Waiting below compares the ranks profiled only; "
+        "the job's straggler may be one of the others. Profile a few ranks of every node, "
+        "rank 0 among them, and the rank a previous run named."
+    ]
+    if waiting_points_outside(facts.waiting, facts.step_ms):
+        least = float(facts.waiting.min())
+        said.append(
+            f"Every rank profiled waits at least {least:.1f} ms per step in collectives "
+            f"({least / facts.step_ms:.0%} of a median step), none far less than the "
+            "others: the rank they all wait for is probably one that was not profiled."
+        )
+    return said
+
+
 def cautions(facts: Facts) -> list[str]:
     """The sentences, most important first; one that says so when there is nothing to add."""
     said = [
@@ -60,21 +94,7 @@ def cautions(facts: Facts) -> list[str]:
         "(`load_run`, `step_times`, `critical_path`, ...) answer the same question step by step."
         for title, why in facts.failed
     ]
-    missing = missing_ranks(facts.ranks, facts.world_size)
-    if missing:
-        said.append(
-            f"{len(missing)} of the job's {facts.world_size} ranks left no trace here "
-            f"(profiled {len(facts.ranks)}). Waiting below compares the ranks profiled only; "
-            "the job's straggler may be one of the others. Profile a few ranks of every node, "
-            "rank 0 among them, and the rank a previous run named."
-        )
-        if waiting_points_outside(facts.waiting, facts.step_ms):
-            least = float(facts.waiting.min())
-            said.append(
-                f"Every rank profiled waits at least {least:.1f} ms per step in collectives "
-                f"({least / facts.step_ms:.0%} of a median step), none far less than the "
-                "others: the rank they all wait for is probably one that was not profiled."
-            )
+    said += _missing_said(facts)
     if facts.world_size is None:
         said.append(
             "The traces do not record the job's size (no `distributedInfo`): ranks that were "
@@ -97,6 +117,14 @@ def cautions(facts: Facts) -> list[str]:
             f"{facts.gpu_without_launch} GPU events have no launch in the traces (launched "
             "before the profiler's window): they have no step, and are left out of per-step "
             "tables."
+        )
+    if facts.stream_waits_unseen:
+        said.append(
+            "A rank ran GPU work on several streams, and the traces were recorded without CUDA "
+            "synchronisation events: where a stream waited for another stream's event "
+            "(`cudaStreamWaitEvent`), the critical path cannot see the wait and counts it as "
+            "the stream's own queue or launch. Record them with `experimental_config="
+            "torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)`."
         )
     if facts.rank_by_rank:
         said.append(
