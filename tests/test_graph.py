@@ -189,6 +189,41 @@ def test_without_the_waited_work_the_kernel_starts_once_launched(waited):
     assert what_if(waited, rank=0, name="gemm").iat[0] == pytest.approx(0.155)
 
 
+NCCL = 20  # the stream of NCCL's kernels
+GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+SYNC = op("cudaDeviceSynchronize", 45, 565, cat="cuda_runtime")
+#: Two GPU ranks of a sharded step: each all-gathers on stream 20, and its compute stream 7
+#: waits for the all-gather before its mm. Rank 1's all-gather waits on its stream for a long
+#: kernel (10-410), so rank 0's all-gather waits for rank 1 until 415, and both end at 500.
+HELD_ACROSS = {
+    0: [step(0, 620), launch(0, 5, 1), kernel(GATHER, 20, 480, 1, stream=NCCL), record(6, 2),
+        *stream_wait(12, 3, on=NCCL, recorded=2), launch(20, 5, 4), kernel("mm", 505, 100, 4), SYNC],
+    1: [step(0, 620), launch(0, 5, 1), kernel("long", 10, 400, 1), record(6, 2),
+        *stream_wait(12, 3, on=STREAM, recorded=2, stream=NCCL), launch(20, 5, 4),
+        kernel(GATHER, 415, 85, 4, stream=NCCL), record(26, 5), *stream_wait(33, 6, on=NCCL, recorded=5),
+        launch(40, 4, 7), kernel("mm", 505, 100, 7), SYNC],
+}  # fmt: skip
+
+
+def test_the_path_crosses_a_stream_wait_to_the_rank_whose_kernel_held_the_collective(tmp_path):
+    for rank, events in HELD_ACROSS.items():
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=2))
+    events = load_run(tmp_path, cache=False).events
+    path = critical_path(events)
+    on_gpu = path[path["lane"].str.startswith("GPU")]
+    assert on_gpu[["rank", "reason", "name"]].values.tolist() == [
+        [1, "launch", "long"],
+        [1, "work", "long"],
+        [1, "stream wait", GATHER],
+        [1, "transfer", GATHER],
+        [0, "stream wait", "mm"],
+        [0, "work", "mm"],
+    ]
+    # without the long kernel, rank 1's all-gather starts once launched (25 µs), both end 85 µs
+    # later (110), rank 0's mm runs 115-215, its CPU wakes at 220 and the step ends at 230
+    assert what_if(events, rank=1, name="^long$").iat[0] == pytest.approx(0.230)
+
+
 def test_every_interval_ends_after_its_own_start_and_starts_where_the_one_before_ended(tmp_path):
     write_doc(tmp_path / "rank0.json", trace_doc([step(0, 1000), op("aten::mm", 100, 300)]))
     graph = lane_intervals(load_run(tmp_path, cache=False).events).graph
