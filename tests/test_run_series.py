@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -69,3 +70,13 @@ def test_a_series_that_runs_whole_says_so_and_exits_0(tmp_path, capsys):
     book = notebook(tmp_path / "01_fine.ipynb", "print('fine')")
     assert run_series.main([str(book), "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.rstrip().endswith("All 1 notebooks ran.")
+
+
+def test_each_notebooks_kernel_is_stopped_once_it_has_run(tmp_path):
+    # a kernel left running keeps its lesson's models and frames until the series ends
+    book = notebook(tmp_path / "01_pid.ipynb", "import os\nprint(os.getpid())")
+    (tmp_path / "out").mkdir()
+    assert run_series.execute(book, tmp_path / "out") is None
+    pid = int(nbformat.read(tmp_path / "out" / book.name, as_version=4).cells[0].outputs[0]["text"])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

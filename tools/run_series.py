@@ -56,6 +56,8 @@ def execute(notebook: Path, out: Path) -> Failure | None:
         failure = _where(notebook, node, err)
     finally:
         nbformat.write(node, out / notebook.name)
+        if kernel.has_kernel:  # a kernel handed to nbclient is ours to stop: each holds its lesson
+            kernel.shutdown_kernel(now=True)
     return failure
 
 
