@@ -88,12 +88,12 @@ def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
     arrays = IntervalArrays.of(iv)
     label = arrays.event
     pos = ev.index.get_indexer(label)
-    has = pos >= 0
-    kind = np.where(has, ev["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], "")
-    sync = np.where(has, name_matches(ev, SYNC_CALLS)[np.maximum(pos, 0)], False)
+    has, at = pos >= 0, np.maximum(pos, 0)
+    annotation = has & (ev["kind"] == "annotation").to_numpy()[at]
+    sync = has & name_matches(ev, SYNC_CALLS)[at]
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
-    may_wait = ~has | (kind == "annotation") | sync
-    own = np.where(has, "work", "untraced").astype(object)  # the own time of what is left
+    may_wait = ~has | annotation | sync
+    own = np.where(has, _OWN.index("work"), _OWN.index("untraced"))  # what is left: its own time
     decided = np.zeros(len(iv), dtype=bool)
     parts: list[Edges] = []
     run = Ground(lanes, ev, arrays, syncs)
@@ -104,7 +104,7 @@ def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
     ):
         built = build(run, np.flatnonzero(~decided if rows is None else rows & ~decided))
         decided[built.decided] = True
-        own[built.queued] = "queue"
+        own[built.queued] = _OWN.index("queue")
         parts += built.edges
     parts += _own_edges(arrays, decided, own)
     return Graph.of(parts, arrays.start, arrays.end, arrays.rank)
@@ -242,15 +242,19 @@ def wake_edges(run: Ground, rows: np.ndarray) -> Built:
     return Built(woken, [edges])
 
 
+#: The dependencies of an interval's own time, by the codes :func:`graph_of` gives them.
+_OWN = ("work", "untraced", "queue")
+
+
 def _own_edges(arrays: IntervalArrays, decided: np.ndarray, own: np.ndarray) -> list[Edges]:
-    """Every interval's edge from its own start (its own time by ``own``'s name where nothing
-    else decided it, ``begin`` where something did), and from the end of the interval before it
-    on its lane (``lane order``)."""
+    """Every interval's edge from its own start (its own time, ``own`` the position of its
+    dependency in :data:`_OWN`, where nothing else decided it; ``begin`` where something did),
+    and from the end of the interval before it on its lane (``lane order``)."""
     n = len(arrays.lane)
     rows = np.arange(n)
     parts = [Edges.of(2 * rows[decided], 2 * rows[decided] + 1, "begin", 0.0)]
-    for name in ("work", "untraced", "queue"):
-        mine = rows[~decided & (own == name)]
+    for code, name in enumerate(_OWN):
+        mine = rows[~decided & (own == code)]
         parts.append(Edges.of(2 * mine, 2 * mine + 1, name, arrays.end[mine] - arrays.start[mine]))
     after = rows[1:][arrays.lane[1:] == arrays.lane[:-1]]
     parts.append(Edges.of(2 * (after - 1) + 1, 2 * after, "lane order", 0.0))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, event_names
+from ..traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
 from .collectives import collectives_with_waits, matched_collectives, paired_by_guess
 from .edges import SYNC_CALLS, graph_of
 from .graph import Graph
@@ -118,12 +118,13 @@ def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     what runs inside them), a GPU lane, the lane of the rank's steps (which may hold no other
     event)."""
     main = steps.groupby("rank", observed=True)["lane"].first()
-    collective = event_names(ev).str.match(r"^(?:gloo|mpi):").to_numpy()
+    collective = name_matches(ev, r"^(?:gloo|mpi):")
+    on_gpu = ev["cat"].isin(GPU_CATEGORIES).to_numpy()
     rows = []
-    for (rank, lane), mine in ev.groupby(["rank", "lane"], observed=True, sort=True):
-        gpu = bool(mine["cat"].isin(GPU_CATEGORIES).all())
-        spans = mine[collective[ev.index.get_indexer(mine.index)]]
-        rows.append((rank, str(lane), gpu or _inside(mine, spans), gpu))
+    for (rank, lane), at in ev.groupby(["rank", "lane"], observed=True, sort=True).indices.items():  # fmt: skip
+        gpu = bool(on_gpu[at].all())
+        mine = ev.iloc[at]
+        rows.append((rank, str(lane), gpu or _inside(mine, mine[collective[at]]), gpu))
     for rank, lane in main.items():
         if (rank, str(lane)) not in {(r, lane_) for r, lane_, _, _ in rows}:
             rows.append((rank, str(lane), False, False))

@@ -39,44 +39,63 @@ _TEXT = ["origin", "key", "to_key", "kind", "name"]  # categorical
 
 class _RankWalker(PathWalker):
     """The walk of :func:`helpers.critical_path` on one rank, stopping at its collectives and
-    where an earlier walk of the rank went on the same way (``owner``: row -> (walk, position
-    of its segment, the moment that walk entered the row))."""
+    where an earlier walk of the rank went on the same way: per row, the walk that took it first
+    (``by``, -1: none), the position of its segment in that walk (``at``) and the moment that walk
+    entered it (``entered``)."""
 
     def __init__(self, lanes: Lanes):
         super().__init__(lanes)
-        self.owner: dict[int, tuple[int, int, float]] = {}
+        n = len(self.starts)
+        self.by = np.full(n, -1, dtype=np.int64)
+        self.at = np.zeros(n, dtype=np.int64)
+        self.entered = np.zeros(n)
+        self.starts_array = np.asarray(self.starts, dtype=float)
         self.chain = -1
 
+    def owner(self, row: int) -> tuple[int, int, float]:
+        """The walk that took ``row`` first, its segment's position and the moment it entered."""
+        return int(self.by[row]), int(self.at[row]), float(self.entered[row])
+
     def take(self, step, row, t, lo, rows, stuck):
-        owned = self.owner.get(row)
-        if owned is None:
-            self.owner[row] = (self.chain, len(rows), t)
-        elif owned[0] != self.chain and not stuck and self._same_way(row, t, owned[2]):
+        by = self.by[row]
+        if by < 0:
+            self.by[row], self.at[row], self.entered[row] = self.chain, len(rows), t
+        elif by != self.chain and not stuck and self._same_way(row, t, self.entered[row]):
+            entered = float(self.entered[row])
             mine: list[tuple] = []  # what this walk sees of the row above the earlier one
             super().take(step, row, t, lo, mine, stuck)
-            rows += [(*s[:3], max(s[3], owned[2]), *s[4:]) for s in mine if s[4] > owned[2]]
-            return Stop(row, min(t, owned[2]), joined=True)
+            rows += [(*s[:3], max(s[3], entered), *s[4:]) for s in mine if s[4] > entered]
+            return Stop(row, min(t, entered), joined=True)
         return super().take(step, row, t, lo, rows, stuck)
 
     def descend(self, step, row, t, lo, rows):
         """The base walk's run of own time, each row owned by this walk unless an earlier walk
         owns it: there this one joins it (own time goes on the same way from any moment)."""
-        lane = self.lane_of[row]
-        last = max(self.run_first[row], bisect_right(self.starts, lo, self.first[lane], row + 1) - 1)  # fmt: skip
-        starts, label, own_name, owner, chain = self.starts, self.label, self.own_name, self.owner, self.chain  # fmt: skip
-        for r in range(row, last - 1, -1):
-            owned = owner.get(r)
-            if owned is None:
-                owner[r] = (chain, len(rows), t)
-            elif owned[0] != chain:
-                start, entered = starts[r], owned[2]
-                if t > entered:  # what this walk sees of the row above the earlier one
-                    rows.append((step, lane, label[r], max(start if start > lo else lo, entered), t, own_name[r], None))  # fmt: skip
-                return Stop(r, min(t, entered), joined=True)
-            start = starts[r]
-            rows.append((step, lane, label[r], start if start > lo else lo, t, own_name[r], None))
-            t = start
-        return lane, t
+        lane, starts = self.lane_of[row], self.starts
+        last = max(self.run_first[row], bisect_right(starts, lo, self.first[lane], row + 1) - 1)
+        by = self.by[last : row + 1]
+        theirs = np.flatnonzero((by >= 0) & (by != self.chain))
+        stop = last + int(theirs[-1]) if len(theirs) else -1  # the latest row an earlier walk took
+        low = stop + 1 if stop >= 0 else last  # rows low..row are this walk's, whole
+        if low <= row:
+            entered = np.append(self.starts_array[low + 1 : row + 1], t)  # row r: at r + 1's start
+            taken = np.arange(low, row + 1)
+            free = by[low - last :] < 0
+            self.by[taken[free]] = self.chain
+            self.at[taken[free]] = len(rows) + row - taken[free]
+            self.entered[taken[free]] = entered[free]
+            label, own_name = self.label, self.own_name
+            rows.extend(
+                (step, lane, label[r], starts[r] if starts[r] > lo else lo, e, own_name[r], None)
+                for r, e in zip(range(row, low - 1, -1), entered[::-1].tolist())
+            )
+            t = starts[low]
+        if stop < 0:
+            return lane, t
+        start, entered_stop = starts[stop], float(self.entered[stop])
+        if t > entered_stop:  # what this walk sees of the row above the earlier one
+            rows.append((step, lane, self.label[stop], max(start if start > lo else lo, entered_stop), t, self.own_name[stop], None))  # fmt: skip
+        return Stop(stop, min(t, entered_stop), joined=True)
 
     def _same_way(self, row: int, t: float, entered: float) -> bool:
         """Whether a walk entering ``row`` at ``t`` goes on as one that entered at ``entered``:
@@ -116,7 +135,7 @@ def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
         stopped = walker.walk(0, lane, t, lo, segments)
         walks.append(((origin, step, key, index, t), segments, stopped))
         if stopped is not None and stopped.joined:
-            joined, at, _ = walker.owner[stopped.row]
+            joined, at, _ = walker.owner(stopped.row)
             cuts.setdefault(joined, set()).add((at, stopped.moment))
     return _pieces(rank, walks, cuts, walker, lanes, events)
 
@@ -169,7 +188,7 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
     what follows it (:data:`CHAIN_COLUMNS`)."""
     order = {n: sorted(c, key=lambda c: (c[0], -c[1])) for n, c in cuts.items()}
     piece_of = {(n, c): i + 1 for n, cs in order.items() for i, c in enumerate(cs)}
-    heads, of_piece, labels, reasons, us = [], [], [], [], []
+    heads, sizes, segments_of_pieces = [], [], []
     for number, ((origin, step, key, index, t), segments, stopped) in enumerate(walks):
         end = stopped.moment if stopped is not None else segments[-1][3] if segments else t
         pieces = _split(segments, order.get(number, []), end)
@@ -179,18 +198,19 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
             if begin + 1 < len(pieces):  # the next piece of this walk
                 then = (number, begin + 1, "", -1)
             elif stopped is not None and stopped.joined:
-                joined, at, _ = walker.owner[stopped.row]
+                joined, at, _ = walker.owner(stopped.row)
                 then = (joined, piece_of[(joined, (at, stopped.moment))], "", -1)
             elif stopped is not None:
                 then = (-1, -1, *lanes.keys[stopped.row])
             piece = piece or [(0, 0, -1, 0.0, 0.0, UNTRACED, None)]  # nothing: untraced, 0 µs
-            of_piece += [len(heads)] * len(piece)
-            labels += [s[2] for s in piece]
-            reasons += [s[5] for s in piece]
-            us += [s[4] - s[3] for s in piece]
+            segments_of_pieces += piece
+            sizes.append(len(piece))
             heads.append((rank, number, begin, origin, step, key, index, start_t, stop, *then))
             start_t = stop
+    _, _, labels, starts, ends, reasons, _ = zip(*segments_of_pieces)
     kinds, names = _named(events, labels, reasons)
+    us = np.subtract(ends, starts)
+    of_piece = np.repeat(np.arange(len(sizes)), sizes)
     keys = pd.DataFrame({"piece": of_piece, "kind": kinds.codes, "name": names.codes, "us": us})
     sums = keys.groupby(["piece", "kind", "name"], sort=False)["us"].sum().reset_index()
     head = pd.DataFrame(heads, columns=CHAIN_COLUMNS[:13]).iloc[sums["piece"].to_numpy()]
