@@ -123,15 +123,17 @@ class PathWalker:
         self.starts, self.ends = iv["start_us"].tolist(), iv["end_us"].tolist()
         self.label, self.rank = iv["event"].tolist(), iv["rank"].tolist()
         binding = graph.binding[1::2]  # each interval's end: the edge that decided it
-        self.dependency = graph.dependency[binding].tolist()
+        dependency = graph.dependency[binding]
+        self.dependency = dependency.tolist()
         source = graph.source[binding]  # the node it waited for
         self.there = graph.time[source].tolist()  # when that node happened
         self.source = (source // 2).tolist()  # the interval of that node
         self.lane_of = lane_ids.tolist()
         #: per dependency code: its own time?, a collective?, named after the next event?, name
         self.rules = [(d.own_time, d.collective, d.names_next, d.name) for d in DEPENDENCIES]
-        own = np.array([DEPENDENCIES[d].own_time for d in self.dependency], dtype=bool)
-        self.own_name = [self.rules[d][3] if o else None for d, o in zip(self.dependency, own)]
+        own = np.array([d.own_time for d in DEPENDENCIES], dtype=bool)[dependency]
+        own_names = np.array([d.name if d.own_time else None for d in DEPENDENCIES], dtype=object)
+        self.own_name = own_names[dependency].tolist()
         # the first row of each run of own time on a lane, that a walk takes in one go
         fresh = np.r_[True, (lane_ids[1:] != lane_ids[:-1]) | ~own[:-1]]
         self.run_first = np.maximum.accumulate(np.where(fresh, np.arange(len(own)), 0)).tolist()

@@ -207,9 +207,10 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
             sizes.append(len(piece))
             heads.append((rank, number, begin, origin, step, key, index, start_t, stop, *then))
             start_t = stop
-    _, _, labels, starts, ends, reasons, _ = zip(*segments_of_pieces)
+    labels = [s[2] for s in segments_of_pieces]
+    reasons = [s[5] for s in segments_of_pieces]
     kinds, names = _named(events, labels, reasons)
-    us = np.subtract(ends, starts)
+    us = [s[4] - s[3] for s in segments_of_pieces]
     of_piece = np.repeat(np.arange(len(sizes)), sizes)
     keys = pd.DataFrame({"piece": of_piece, "kind": kinds.codes, "name": names.codes, "us": us})
     sums = keys.groupby(["piece", "kind", "name"], sort=False)["us"].sum().reset_index()
