@@ -97,6 +97,14 @@ BUILDERS = {
          ("r0 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200),
          ("r1 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200)},
     ),
+    "completion: a rank's step ends no sooner than the collective gloo's thread ran in it": (
+        {0: [step(0, 1000), op("aten::mm", 0, 100), op("gloo:all_reduce", 100, 500, tid=GLOO, cat="user_annotation"),  # fmt: skip
+             op("overlapped", 100, 800)],
+         1: [step(0, 1000), op("aten::mm", 0, 500), op("gloo:all_reduce", 500, 100, tid=GLOO, cat="user_annotation"),  # fmt: skip
+             op("aten::add", 600, 400)]},
+        ("completion", None),
+        {("r0 gloo:all_reduce.end", "r0 gap.end", 0), ("r1 gloo:all_reduce.end", "r1 aten::add.end", 0)},  # fmt: skip
+    ),
     "wake-up: a thread's gap ends when gloo's thread ends its collective": (
         {0: [step(0, 1000), op("aten::mm", 0, 100), op("gloo:all_reduce", 100, 700, tid=GLOO, cat="user_annotation"),  # fmt: skip
              op("aten::add", 805, 195)]},

@@ -17,7 +17,8 @@ Each interval's end is decided by one rule, found in this order; the first that 
    the GPU), else its own time (``untraced`` for a gap);
 4. anything else: its own time (``work``).
 
-Every interval also gets the edge from its own start (its own time; ``begin`` for a wait) and
+A rank's step also ends no sooner than the collectives it ran on gloo's thread in the step
+(``completion``, edges that decide nothing). Every interval also gets the edge from its own start (its own time; ``begin`` for a wait) and
 from the end of the interval before it on its lane (``lane order``).
 """
 
@@ -47,6 +48,7 @@ __all__ = [
     "transfer_edges",
     "worker_edges",
     "stream_waits",
+    "completion_edges",
     "wake_edges",
 ]
 
@@ -106,6 +108,7 @@ def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
         decided[built.decided] = True
         own[built.queued] = _OWN.index("queue")
         parts += built.edges
+    parts += completion_edges(run, np.flatnonzero(decided)).edges
     parts += _own_edges(arrays, decided, own)
     return Graph.of(parts, arrays.start, arrays.end, arrays.rank)
 
@@ -125,6 +128,35 @@ def transfer_edges(run: Ground, rows: np.ndarray) -> Built:
             lag += [transfer] * len(arrivals)
     found = np.fromiter(lanes.instance, dtype=np.int64, count=len(lanes.instance))
     return Built(found, [Edges.of(source, target, "transfer", lag)])
+
+
+def completion_edges(run: Ground, rows: np.ndarray) -> Built:
+    """``completion``: a rank's step ends no sooner than the collectives it ran on a CPU worker
+    lane (gloo's thread) within the step have ended, whether or not its thread waited for them
+    (a ``work.wait()`` that found the collective done leaves no mark in the trace, yet a what-if
+    that shortens the work before it must meet it): an edge from each such collective's end to
+    the end of the rank's main lane's last interval in the step, with no delay. It decides
+    nothing (``rows`` unused): the measured step ended later, or at that moment."""
+    lanes, arrays = run.lanes, run.arrays
+    collectives = np.fromiter(lanes.instance, dtype=np.int64, count=len(lanes.instance))
+    gpu = lanes.lanes["gpu"].to_numpy()
+    collectives = collectives[~gpu[arrays.lane[collectives]]]
+    main = {r: i for i, r, m in zip(lanes.lanes.index, lanes.lanes["rank"], lanes.lanes["main"]) if m}  # fmt: skip
+    source, target = [], []
+    for rank, steps in lanes.steps.groupby("rank"):
+        lane = main.get(rank)
+        mine = collectives[arrays.rank[collectives] == rank]
+        if lane is None or not len(mine):
+            continue
+        on_lane = np.flatnonzero(arrays.lane == lane)
+        ends = arrays.end[on_lane]
+        for begin, end in zip(steps["start_us"], steps["end_us"]):
+            last = on_lane[np.searchsorted(ends, end) : np.searchsorted(ends, end, side="right")]
+            inside = mine[(arrays.start[mine] >= begin) & (arrays.start[mine] < end) & (arrays.end[mine] <= end)]  # fmt: skip
+            if len(last) and len(inside):
+                source += (2 * inside + 1).tolist()
+                target += [2 * int(last[-1]) + 1] * len(inside)
+    return Built(rows[:0], [Edges.of(source, target, "completion", 0.0)])
 
 
 def worker_edges(run: Ground, rows: np.ndarray) -> Built:

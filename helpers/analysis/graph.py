@@ -35,6 +35,9 @@ name):
   was issued (a kernel's launch, a gloo collective's ``c10d::`` call);
 - ``transfer``: a collective matched on several ranks ends when the last rank has arrived, plus
   its transfer (its shortest duration across the ranks): an edge from each rank's arrival;
+- ``completion``: a rank's step ends no sooner than the collectives it ran on gloo's thread in
+  it (lag 0; the measured step ended later, so it binds only where a what-if moves the rest
+  earlier);
 - ``begin``: a wait ends no sooner than it began (lag 0);
 - ``lane order``: an interval starts where the one before it on its lane ended.
 
@@ -112,6 +115,8 @@ DEPENDENCIES: tuple[Dependency, ...] = (
                "(a CUDA event recorded there) ended", names_next=True),
     Dependency("launch", "launch", False, False, True,
                "a worker lane's gap, until its next event was issued", names_next=True),
+    Dependency("completion", "wake-up", False, False, True,
+               "a rank's step, until the collectives it ran on a CPU worker lane in it ended"),
     Dependency("work", None, True, True, False, "an event's own time"),
     Dependency("queue", "queue", True, False, True,
                "a worker lane's gap behind an event issued earlier: its previous event held it"),
