@@ -148,6 +148,18 @@ def test_two_ranks_of_a_128_rank_gpu_job_say_who_is_missing_and_that_neither_sta
     assert (gpu["launch to start (ms, median)"] > 0).all()
 
 
+def test_a_path_led_by_an_annotation_through_few_ranks_says_what_it_cannot_tell():
+    # the two ranks' path is led by rank 1's `## backward ##`, an annotation with nothing under it
+    held = build_report(TWO_OF_128).section("What held the steps, what to fix first").text
+    assert "`## backward ##` is an annotation, and nothing the profiler recorded ran" in held
+    assert "the 2 ranks traced of the job's 128" in held
+
+
+def test_a_path_of_every_rank_with_ops_on_top_adds_no_caveat(straggler_report):
+    held = straggler_report.section("What held the steps, what to fix first").text
+    assert "is an annotation" not in held and "ranks traced" not in held
+
+
 STREAM_WAITS = {
     "several streams, no sync events: the waits the path cannot see are said": (TWO_OF_128, True),
     "sync events recorded: nothing to add": ("cuda_event_sync_multi_stream", False),

@@ -300,7 +300,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
     said = {title for title, _ in failed}  # sections whose figures could not be read
     sections: list[Section | None] = []
     if critical and has_steps and STEP_TITLE not in said:
-        sections.append(_guarded(HELD, failed, held_section_of, events, read.summary, times, names))
+        sections.append(_guarded(HELD, failed, held_section_of, events, read.summary, times, names, read.world))  # fmt: skip
     if STEP_TITLE not in said:
         sections.append(_guarded(STEP_TITLE, failed, step_section, times))
     if WAITING_TITLE not in said:

@@ -26,7 +26,11 @@ _NOT_REMOVABLE = tuple(d.segment_kind for d in DEPENDENCIES if not d.removable a
 
 
 def held_section_of(
-    events: pd.DataFrame, summary: RunSummary | None, times: pd.DataFrame, names: str
+    events: pd.DataFrame,
+    summary: RunSummary | None,
+    times: pd.DataFrame,
+    names: str,
+    world: int | None = None,
 ) -> Section | None:
     """The section of a run read whole (``summary`` None: from every event) or rank by rank
     (from what ``summary`` kept of each rank; None where it kept no path).
@@ -36,16 +40,21 @@ def held_section_of(
         summary: what :func:`helpers.summarise_run` kept, for a run read rank by rank.
         times: the run's step times (:func:`helpers.step_times`).
         names: the collectives' names (:func:`helpers.collective_source`'s choice).
+        world: the job's size, as the traces record it (None: unknown).
     """
     if summary is None:
-        return held_section(events, lane_intervals(events, names=names), times, names)
+        return held_section(events, lane_intervals(events, names=names), times, names, world)
     if summary.chains.empty:
         return None
-    return held_section_of_summary(summary, events, times, names)
+    return held_section_of_summary(summary, events, times, names, world)
 
 
 def held_section(
-    events: pd.DataFrame, lanes: Lanes, times: pd.DataFrame, names: str | None = None
+    events: pd.DataFrame,
+    lanes: Lanes,
+    times: pd.DataFrame,
+    names: str | None = None,
+    world: int | None = None,
 ) -> Section:
     """The section of a run read whole.
 
@@ -54,6 +63,7 @@ def held_section(
         lanes: their lanes (:func:`helpers.analysis.lanes.lane_intervals`).
         times: their step times (:func:`helpers.step_times`).
         names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
+        world: the job's size, as the traces record it (None: unknown).
     """
     path = path_of(lanes, events)
     per_step = times.median(axis=1)
@@ -61,6 +71,7 @@ def held_section(
     long = _long(per_step)
     ops = path_summary(path[~path["step"].isin(long)], ["kind", "name"])
     text = [_most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next."]
+    text += _caveats(ops.iloc[0], events["rank"].nunique(), world)
     text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
     text += _long_steps(per_step, path)
     text += _unmatched(events, names)
@@ -70,7 +81,11 @@ def held_section(
 
 
 def held_section_of_summary(
-    summary: RunSummary, events: pd.DataFrame, times: pd.DataFrame, names: str | None = None
+    summary: RunSummary,
+    events: pd.DataFrame,
+    times: pd.DataFrame,
+    names: str | None = None,
+    world: int | None = None,
 ) -> Section | None:
     """The section of a run read rank by rank: the path strung together from each rank's
     chains, the long steps, the collectives that do not match; without the figure and the
@@ -81,6 +96,7 @@ def held_section_of_summary(
         events: the steps and collectives it kept.
         times: their step times (:func:`helpers.step_times`).
         names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
+        world: the job's size, as the traces record it (None: unknown).
 
     Returns:
         The section, or None when no path could be strung.
@@ -96,6 +112,7 @@ def held_section_of_summary(
         "load whole: for the figure and the what-if, run the report on the files of the ranks "
         "the table names."
     ]
+    text += _caveats(ops.iloc[0], len(summary.ranks), world)
     text += _long_steps(per_step, None)
     text += _unmatched(events, names)
     return Section(HELD, "\n".join(text), _table(ops))
@@ -117,6 +134,25 @@ def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
         f"{int(top['rank'])}'s `{_short(top['name'])}` ({top['kind']}): {top['ms']:.1f} ms in "
         f"all, {top['ms_per_step']:.1f} ms per step (median), {top['share']:.0%} of the path."
     )
+
+
+def _caveats(top: pd.Series, traced: int, world: int | None) -> list[str]:
+    """What the first row cannot say: an annotation's time with nothing recorded under it, a
+    path through a few of the job's ranks."""
+    said = []
+    if top["kind"] == "annotation":
+        said.append(
+            f"`{_short(top['name'])}` is an annotation, and nothing the profiler recorded ran "
+            "under it in that time (Python, or a wait it cannot see): profile with "
+            "`with_stack=True`, or mark the parts inside it with `record_function`, to see what "
+            "it holds."
+        )
+    if world and traced < world:
+        said.append(
+            f"The path runs through the {traced} ranks traced of the job's {world}: a rank that "
+            "was not profiled may be what held them (see what the traces cannot tell)."
+        )
+    return said
 
 
 def _table(ops: pd.DataFrame) -> pd.DataFrame:
