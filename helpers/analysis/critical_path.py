@@ -137,8 +137,7 @@ class PathWalker:
         # the first row of each run of own time on a lane, that a walk takes in one go
         fresh = np.r_[True, (lane_ids[1:] != lane_ids[:-1]) | ~own[:-1]]
         self.run_first = np.maximum.accumulate(np.where(fresh, np.arange(len(own)), 0)).tolist()
-        main = lanes.lanes[lanes.lanes["main"]]
-        self.main = {int(r): int(i) for i, r in zip(main.index, main["rank"])}
+        self.main = lanes.main_lanes()
 
     def row_at(self, lane: int, t: float) -> int:
         """The interval of ``lane`` that holds the moment just before ``t`` (-1: none)."""

@@ -30,12 +30,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_CATEGORIES, name_matches
+from ..traces.kinds import name_matches
 from .graph import Edges, Graph
 from .wakers import (
     IntervalArrays,
     event_ends,
     find_wakers,
+    launched_on_a_gpu,
     main_lane_issuers,
     worker_event_issuers,
 )
@@ -141,7 +142,7 @@ def completion_edges(run: Ground, rows: np.ndarray) -> Built:
     collectives = np.fromiter(lanes.instance, dtype=np.int64, count=len(lanes.instance))
     gpu = lanes.lanes["gpu"].to_numpy()
     collectives = collectives[~gpu[arrays.lane[collectives]]]
-    main = {r: i for i, r, m in zip(lanes.lanes.index, lanes.lanes["rank"], lanes.lanes["main"]) if m}  # fmt: skip
+    main = lanes.main_lanes()
     source, target = [], []
     for rank, steps in lanes.steps.groupby("rank"):
         lane = main.get(rank)
@@ -172,8 +173,7 @@ def worker_edges(run: Ground, rows: np.ndarray) -> Built:
     lanes, arrays = run.lanes, run.arrays
     issuers = worker_event_issuers(run.ev, lanes.intervals)
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
-    main = {r: i for i, r, m in zip(lanes.lanes.index, lanes.lanes["rank"], lanes.lanes["main"]) if m}  # fmt: skip
-    issuers = main_lane_issuers(arrays, worker, main, issuers)
+    issuers = main_lane_issuers(arrays, worker, lanes.main_lanes(), issuers)
     nxt = rows + 1
     follows = nxt < len(arrays.lane)
     follows[follows] = arrays.lane[nxt[follows]] == arrays.lane[rows[follows]]
@@ -224,8 +224,7 @@ def stream_waits(run: Ground, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     if syncs.empty or not len(rows):
         return none, none
     ev, arrays = run.ev, run.arrays
-    work = ev[ev["cat"].isin(GPU_CATEGORIES).to_numpy() & ev["launch_us"].notna().to_numpy()]
-    work = work.sort_values("launch_us", kind="stable")
+    work = launched_on_a_gpu(ev).sort_values("launch_us", kind="stable")
     row_of = dict(zip(arrays.event.tolist(), range(len(arrays.event))))  # an event's last row
     by_stream = {key: g for key, g in work.groupby(["rank", "stream"], observed=True)}
     gap_of = {int(r) + 1: p for p, r in enumerate(rows.tolist())}  # the event's row -> its gap

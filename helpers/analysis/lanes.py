@@ -57,6 +57,11 @@ class Lanes:
     transfer_us: dict[int, float] = field(default_factory=dict)
     keys: dict[int, tuple[str, int]] = field(default_factory=dict)
 
+    def main_lanes(self) -> dict[int, int]:
+        """Each rank's main lane (the lane of its steps): rank -> lane_id."""
+        main = self.lanes[self.lanes["main"]]
+        return {int(r): int(i) for i, r in zip(main.index, main["rank"])}
+
 
 def lane_intervals(
     events: pd.DataFrame, alone: bool = False, names: str | None = None, window: str | None = None

@@ -96,6 +96,11 @@ def find_wakers(iv: IntervalArrays, rows: np.ndarray, ends: dict, sync: np.ndarr
     return found
 
 
+def launched_on_a_gpu(ev: pd.DataFrame) -> pd.DataFrame:
+    """The events on a GPU (kernels, copies, NCCL's kernels) whose launch is in the trace."""
+    return ev[ev["cat"].isin(GPU_CATEGORIES).to_numpy() & ev["launch_us"].notna().to_numpy()]
+
+
 def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
     CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
@@ -105,7 +110,7 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     found: dict[int, int] = {}
     runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
     launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
-    gpu = ev[ev["cat"].isin(GPU_CATEGORIES).to_numpy() & ev["launch_us"].notna().to_numpy()]
+    gpu = launched_on_a_gpu(ev)
     for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
         issuer = launch.get((rank, at))
         if issuer in row_of.index:

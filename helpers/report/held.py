@@ -12,6 +12,7 @@ from ..analysis.critical_path import path_of
 from ..analysis.graph import DEPENDENCIES, UNTRACED
 from ..analysis.lanes import Lanes, lane_intervals
 from ..drawing import plot_critical_path
+from .cautions import missing_ranks
 from .sections import Section, figure_png
 
 __all__ = ["HELD", "held_section", "held_section_of", "held_section_of_summary", "LONG_STEP"]
@@ -71,7 +72,7 @@ def held_section(
     long = _long(per_step)
     ops = path_summary(path[~path["step"].isin(long)], ["kind", "name"])
     text = [_most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next."]
-    text += _caveats(ops.iloc[0], events["rank"].nunique(), world)
+    text += _caveats(ops.iloc[0], sorted(int(r) for r in events["rank"].unique()), world)
     text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
     text += _long_steps(per_step, path)
     text += _unmatched(events, names)
@@ -112,7 +113,7 @@ def held_section_of_summary(
         "load whole: for the figure and the what-if, run the report on the files of the ranks "
         "the table names."
     ]
-    text += _caveats(ops.iloc[0], len(summary.ranks), world)
+    text += _caveats(ops.iloc[0], list(summary.ranks), world)
     text += _long_steps(per_step, None)
     text += _unmatched(events, names)
     return Section(HELD, "\n".join(text), _table(ops))
@@ -136,9 +137,9 @@ def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
     )
 
 
-def _caveats(top: pd.Series, traced: int, world: int | None) -> list[str]:
+def _caveats(top: pd.Series, ranks: list[int], world: int | None) -> list[str]:
     """What the first row cannot say: an annotation's time with nothing recorded under it, a
-    path through a few of the job's ranks."""
+    path through a few of the job's ranks (``ranks``, those traced)."""
     said = []
     if top["kind"] == "annotation":
         said.append(
@@ -147,9 +148,9 @@ def _caveats(top: pd.Series, traced: int, world: int | None) -> list[str]:
             "`with_stack=True`, or mark the parts inside it with `record_function`, to see what "
             "it holds."
         )
-    if world and traced < world:
+    if missing_ranks(ranks, world):
         said.append(
-            f"The path runs through the {traced} ranks traced of the job's {world}: a rank that "
+            f"The path runs through the {len(ranks)} ranks traced of the job's {world}: a rank that "
             "was not profiled may be what held them (see what the traces cannot tell)."
         )
     return said
