@@ -63,6 +63,21 @@ WAITED = [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHE
           op("cudaDeviceSynchronize", 45, 585, cat="cuda_runtime")]  # fmt: skip
 
 
+def peer(rank: int, tag: int = 0) -> dict:
+    """The ``args`` of a send or a receive to or from ``rank`` (``record_shapes=True``)."""
+    return {"Concrete Inputs": ["", "", str(rank), str(tag)]}
+
+
+#: Two stages: rank 0 sends at 510 (its wait for the send 510-535), rank 1's receive, posted at
+#: 0, has its data at 530.
+PIPELINE = {
+    0: [step(0, 540), op("forward", 0, 500), op("c10d::send", 500, 10, **peer(1)),
+        op("gloo:send", 508, 27, cat="user_annotation")],
+    1: [step(0, 900), op("c10d::recv_", 0, 10, **peer(0)), op("gloo:recv", 8, 522, cat="user_annotation"),
+        op("forward", 540, 300)],
+}  # fmt: skip
+
+
 def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str | None) -> set:
     """The edges of ``dependency`` in the graph of a run whose rank r holds ``ranks[r]`` (only
     those into the lane ``into``, when given), each as ``(source, target, lag)`` with a node
@@ -96,6 +111,14 @@ BUILDERS = {
          ("r1 gloo:all_reduce.start", "r0 gloo:all_reduce.end", 200),
          ("r0 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200),
          ("r1 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200)},
+    ),
+    "receive: a receive's wait ends after the later of its send and its posting, plus the transfer": (
+        PIPELINE, ("receive", None),
+        {("r0 c10d::send.end", "r1 gloo:recv.end", 20), ("r1 c10d::recv_.start", "r1 gloo:recv.end", 20)},  # fmt: skip
+    ),
+    "send: a send's wait that began before its data arrived ends likewise": (
+        PIPELINE, ("send", None),
+        {("r0 c10d::send.end", "r0 gloo:send.end", 25), ("r1 c10d::recv_.start", "r0 gloo:send.end", 25)},  # fmt: skip
     ),
     "completion: a rank's step ends no sooner than the collective gloo's thread ran in it": (
         {0: [step(0, 1000), op("aten::mm", 0, 100), op("gloo:all_reduce", 100, 500, tid=GLOO, cat="user_annotation"),  # fmt: skip

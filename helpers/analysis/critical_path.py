@@ -11,7 +11,8 @@ to the moment its first rank began it, along the lanes of :func:`.lanes.lane_int
   (``wake-up``: the few µs between);
 - a collective matched on every rank ends when the last rank has arrived, plus its transfer: the
   path takes the transfer and moves to the rank that arrived **last** (arrival, not duration:
-  a collective makes every rank's end the same), at its arrival;
+  a collective makes every rank's end the same), at its arrival; a receive likewise ends when
+  the later of its send (on another rank) and its own posting happened, plus the transfer;
 - on a worker lane (a GPU stream, gloo's collective thread), the gap before an event leads to
   what issued it (``launch``: the kernel's launch call, found by its correlation, or gloo's
   ``c10d::`` call), unless the lane was still busy with its previous event (``queue``);
@@ -55,7 +56,8 @@ def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFra
     ``step, rank, lane, name, kind, start_us, end_us, dur_us``: where the path was and what it
     was doing; ``reason``: ``work`` (an event's own time), ``untraced`` (time on a thread with
     no event: Python between ops, a sleep, an input pipeline), ``transfer`` (a collective after
-    its last rank arrived; ``rank`` is that last rank), ``launch`` (an issued GPU kernel or gloo
+    its last rank arrived; ``rank`` is that last rank), ``receive`` (a receive's wait after its
+    send was issued, ``rank`` the sender's, or after it was posted), ``launch`` (an issued GPU kernel or gloo
     collective not started yet), ``queue`` (a worker lane busy with earlier work), ``wake-up``
     (a thread resuming after what it waited for), ``stream wait`` (a GPU stream held until
     another stream's work ended); ``to_rank``: where the path goes on after a transfer when
@@ -219,7 +221,8 @@ class PathWalker:
         label = self.label[row]
         last = self.source[row]  # the last arrival (its own, where it arrived last)
         begin = min(self.there[row], t)
-        here, to_rank = (last, int(self.rank[row])) if last != row else (row, None)
+        moved = self.rank[last] != self.rank[row]
+        here, to_rank = (last, int(self.rank[row])) if moved else (row, None)
         reason = self.rules[self.dependency[row]][3]
         rows.append((step, self.lane_of[here], label, max(begin, lo), t, reason, to_rank))
         return self.lane_of[here], begin

@@ -4,6 +4,8 @@ intervals (:func:`.lanes.lane_intervals`) and returns the edges of one dependenc
 Each interval's end is decided by one rule, found in this order; the first that applies wins:
 
 1. ``transfer``: a collective matched on several ranks (edges from every rank's arrival);
+   ``receive`` and ``send``: the wait at the end of a receive or of a send (edges from the
+   send's issue and the receive's posting);
 2. on a worker lane (a GPU stream, gloo's collective thread), a gap or an annotation with
    nothing under it, held by the latest of what its next event waited for: its issuer
    (``launch``, an edge from the issuer's end) and, on a GPU stream made to wait for a CUDA
@@ -47,6 +49,7 @@ __all__ = [
     "Built",
     "graph_of",
     "transfer_edges",
+    "receive_edges",
     "worker_edges",
     "stream_waits",
     "completion_edges",
@@ -102,6 +105,7 @@ def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
     run = Ground(lanes, ev, arrays, syncs)
     for build, rows in (
         (transfer_edges, None),
+        (receive_edges, None),
         (worker_edges, may_wait & worker),
         (wake_edges, may_wait & ~worker),
     ):
@@ -129,6 +133,44 @@ def transfer_edges(run: Ground, rows: np.ndarray) -> Built:
             lag += [transfer] * len(arrivals)
     found = np.fromiter(lanes.instance, dtype=np.int64, count=len(lanes.instance))
     return Built(found, [Edges.of(source, target, "transfer", lag)])
+
+
+def receive_edges(run: Ground, rows: np.ndarray) -> Built:
+    """``receive`` and ``send``: a send and its receive (the lanes' ``pairs``,
+    :func:`.point_to_point.sends_and_receives`; a trace without peers has none) move data once
+    both were issued: the send (the end of its ``c10d::send``, on the sender's lane) and the
+    receive (the start of its ``c10d::recv_``). The wait at the end of the receive's record
+    (``gloo:recv``, cut to the wait by :func:`.point_to_point.waits_in_records`) ends when the
+    later of the two had happened, plus the transfer: an edge from each, both with the measured
+    time from the later one to the wait's end. The wait at the end of the send's record ends
+    likewise where it began before the data had arrived (a wait that began later was not held
+    by the receiver: its own time)."""
+    arrays, pairs = run.arrays, run.lanes.pairs
+    if pairs is None or pairs.empty:
+        return Built(rows[:0], [])
+    last_row = dict(zip(arrays.event.tolist(), range(len(arrays.event))))  # an event's last row
+    may = np.zeros(len(arrays.event), dtype=bool)
+    may[rows] = True
+    found: dict[str, tuple[list, list, list]] = {"receive": ([], [], []), "send": ([], [], [])}
+    labels = pairs[["send", "receive", "receive_record", "send_record"]].to_numpy(dtype=np.int64)
+    for send, receive, *records in labels.tolist():
+        sent, posted = last_row.get(send, -1), last_row.get(receive, -1)
+        waits = [last_row.get(r, -1) if r >= 0 else -1 for r in records]
+        if min(sent, posted, waits[0]) < 0:
+            continue
+        posted = _first_row(arrays, posted)
+        arrived = max(arrays.end[sent], arrays.start[posted])
+        for name, wait in zip(("receive", "send"), waits):
+            held = name == "receive" or arrays.start[wait] < arrays.end[waits[0]]
+            if wait < 0 or not may[wait] or not held:
+                continue
+            source, target, lag = found[name]
+            source += [2 * sent + 1, 2 * posted]
+            target += [2 * wait + 1] * 2
+            lag += [max(arrays.end[wait] - arrived, 0.0)] * 2
+    edges = [Edges.of(s, t, name, lag) for name, (s, t, lag) in found.items()]
+    decided = np.unique(np.concatenate([e.target for e in edges]) // 2)
+    return Built(decided, edges)
 
 
 def completion_edges(run: Ground, rows: np.ndarray) -> Built:

@@ -35,6 +35,8 @@ name):
   was issued (a kernel's launch, a gloo collective's ``c10d::`` call);
 - ``transfer``: a collective matched on several ranks ends when the last rank has arrived, plus
   its transfer (its shortest duration across the ranks): an edge from each rank's arrival;
+- ``receive``: a receive's wait ends when the later of its send (on another rank) and its own
+  posting happened, plus the transfer: an edge from each; ``send``: a send's wait, likewise;
 - ``completion``: a rank's step ends no sooner than the collectives it ran on gloo's thread in
   it (lag 0; the measured step ended later, so it binds only where a what-if moves the rest
   earlier);
@@ -107,6 +109,14 @@ class Dependency:
 DEPENDENCIES: tuple[Dependency, ...] = (
     Dependency("transfer", "communication", False, False, False,
                "a collective on one rank, held until the last rank arrived, then its transfer",
+               collective=True),
+    Dependency("receive", "communication", False, False, False,
+               "a receive's wait on one rank, held until its send was issued on another (or, "
+               "where the data was there first, until it was posted), then the transfer",
+               collective=True),
+    Dependency("send", "communication", False, False, False,
+               "a send's wait on one rank, held until its receive was posted on another (or, "
+               "where that was first, until it was issued), then the transfer",
                collective=True),
     Dependency("wake-up", "wake-up", False, False, True,
                "a thread's wait, until what it waited for on another lane ended"),

@@ -5,7 +5,9 @@ A lane (a CPU thread, a GPU stream) does one thing at a time. :func:`lane_interv
 lane into consecutive intervals, each labelled with the innermost event that covers it (a
 convolution inside ``aten::conv2d`` inside a module's annotation: the convolution), or with no
 event: a gap. A collective matched on every rank (:func:`helpers.collective_waits`) is one
-interval, whatever ran inside it (gloo's copies and additions). What each interval waited for is
+interval, whatever ran inside it (gloo's copies and additions). The backend's record of a send's
+or a receive's transfer (``gloo:recv``) spans the time the transfer was under way, while the
+thread did other work; it is cut to the wait at its end (:mod:`.point_to_point`). What each interval waited for is
 the graph's (:mod:`.graph`; its builders, :mod:`.edges`, say which rule decides which interval).
 
 Only what lies within each rank's recorded steps is kept, and a rank's step boundaries cut the
@@ -27,6 +29,7 @@ from .collectives import collectives_with_waits, matched_collectives, paired_by_
 from .edges import SYNC_CALLS, graph_of
 from .graph import Graph
 from .intervals import merge_intervals
+from .point_to_point import sends_and_receives, waits_in_records
 from .wakers import WAKE_TOLERANCE_US
 from .windows import window_steps
 
@@ -46,7 +49,8 @@ class Lanes:
     ``arrivals``: instance -> its interval rows, one per rank; ``transfer_us``: instance -> its
     shortest duration; ``keys``: interval row -> the collective's ``(key, index)`` as
     :func:`helpers.matched_collectives` numbers it. ``steps``: each rank's steps (``rank, step,
-    start_us, end_us``)."""
+    start_us, end_us``). ``pairs``: the sends paired with their receives
+    (:func:`.point_to_point.sends_and_receives`)."""
 
     intervals: pd.DataFrame
     lanes: pd.DataFrame
@@ -56,6 +60,7 @@ class Lanes:
     arrivals: dict[int, list[int]] = field(default_factory=dict)
     transfer_us: dict[int, float] = field(default_factory=dict)
     keys: dict[int, tuple[str, int]] = field(default_factory=dict)
+    pairs: pd.DataFrame | None = None
 
     def main_lanes(self) -> dict[int, int]:
         """Each rank's main lane (the lane of its steps): rank -> lane_id."""
@@ -87,6 +92,10 @@ def lane_intervals(
         window, on="rank", how="inner"
     )
     ev = ev[(ev["end_us"] > ev["lo"]).to_numpy() & (ev["start_us"] < ev["hi"]).to_numpy()]
+    with warnings.catch_warnings():  # said by the report's own reading of the pairs
+        warnings.simplefilter("ignore", UserWarning)
+        pairs = sends_and_receives(ev)
+    ev = waits_in_records(ev)
     lanes = _lane_table(ev, steps)
     if alone:
         with warnings.catch_warnings():  # said once by the run's own collective_waits
@@ -111,7 +120,10 @@ def lane_intervals(
         parts.append(part.assign(lane_id=lane_id, rank=rank))
     intervals = pd.concat(parts).sort_values(["lane_id", "start_us"], kind="stable")
     result = Lanes(
-        intervals.reset_index(drop=True), lanes, steps[["rank", "step", "start_us", "end_us"]]
+        intervals.reset_index(drop=True),
+        lanes,
+        steps[["rank", "step", "start_us", "end_us"]],
+        pairs=pairs,
     )
     _link_collectives(result, matched, least=1 if alone else 2)
     result.graph = graph_of(result, ev, events[(events["cat"] == "cuda_sync").to_numpy()])

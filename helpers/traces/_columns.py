@@ -16,6 +16,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -145,9 +146,9 @@ def compact(text: dict[str, tuple[np.ndarray, list]]) -> dict[str, tuple[np.ndar
     }
 
 
-def _stream_id(value: Any) -> int | None:
-    """A GPU stream id as a number: ints as they are, text such as ``"7"`` or ``"0x0"``
-    (ROCm) parsed; anything else left empty."""
+def _integer(value: Any) -> int | None:
+    """A number written as an int or as text: a GPU stream id (``"7"``, or ``"0x0"`` on ROCm), a
+    send's peer (``"1"``); anything else left empty."""
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:
@@ -218,7 +219,7 @@ def columns_of(xs: list[Event]) -> dict[str, tuple[np.ndarray, list]]:
         "tid": _ids(xs, "tid"),
         "collective": _sparse(xs, "args.collective", str),
         "shapes": _codes([d or None for d in dims], _shape_text),
-        "stream": _sparse(xs, "args.stream", _stream_id),
+        "stream": _sparse(xs, "args.stream", _integer),
     }
 
 
@@ -264,7 +265,7 @@ def call_sites(xs: list[Event], cat: tuple[np.ndarray, list]) -> tuple[np.ndarra
 
 
 def comm_numbers(
-    xs: list[Event], collective: np.ndarray
+    xs: list[Event], collective: np.ndarray, name: tuple[np.ndarray, list]
 ) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, list]]:
     """What a collective's args say about it, per event (-1 where unknown): ``msg_bytes``, its
     message size as nccl-tests counts it (the larger of input and output, so the whole buffer
@@ -272,9 +273,11 @@ def comm_numbers(
     and its process group as a text column: its name, and its ranks when the trace gives them
     (``0 [0, 1]``), so that groups that share a name on different ranks (one per node of a
     mesh) stay apart. Only the events with a collective name (codes ``collective`` >= 0) are
-    read."""
+    read; and a send's or a receive's ``peer`` and ``tag`` (:func:`peers_and_tags`, from the
+    ``name`` column)."""
     named = np.flatnonzero(collective >= 0)
     columns = {c: np.full(len(xs), -1, np.int64) for c in ("msg_bytes", "group_size", "seq")}
+    columns.update(peers_and_tags(xs, name))
     group = np.full(len(xs), -1, np.int32)
     if not len(named):
         return columns, (group, [])
@@ -310,6 +313,29 @@ def _comm_numbers(xs: list[Event]) -> dict[str, np.ndarray]:
         "group_size": _ints(xs, "args.group_size"),
         "seq": _ints(xs, "args.seq"),
     }
+
+
+#: The ops of a send and a receive whose ``Concrete Inputs`` are ``[tensors, group, peer, tag]``.
+POINT_TO_POINT_OPS = ("c10d::send", "c10d::recv_")
+
+
+def peers_and_tags(xs: list[Event], name: tuple[np.ndarray, list]) -> dict[str, np.ndarray]:
+    """``peer`` and ``tag`` of each send and receive op (:data:`POINT_TO_POINT_OPS`), read from
+    its ``Concrete Inputs`` (a trace recorded with ``record_shapes=True``); -1 for every other
+    event, and where the trace does not say. The peer is the rank in the op's process group."""
+    out = {c: np.full(len(xs), -1, np.int64) for c in ("peer", "tag")}
+    codes = [name[1].index(n) for n in POINT_TO_POINT_OPS if n in name[1]]
+    for row in np.flatnonzero(np.isin(name[0], codes)).tolist():
+        raw = xs[row].args.concrete
+        try:
+            values = msgspec.json.decode(raw) if raw else None
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(values, list) and len(values) == 4:
+            for column, value in zip(("peer", "tag"), values[2:]):
+                number = _integer(value)
+                out[column][row] = number if number is not None and number >= 0 else -1
+    return out
 
 
 def kind_codes(name: tuple[np.ndarray, list], cat: tuple[np.ndarray, list]) -> np.ndarray:

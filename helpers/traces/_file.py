@@ -60,8 +60,8 @@ class FileColumns:
     step: np.ndarray  # the ProfilerStep#N each event starts in (GPU events: launched in), or -1
     # for none (the frame's <NA>)
     launch: np.ndarray  # when the CPU launched each GPU event (absolute µs); NaN otherwise
-    # msg_bytes, group_size, seq of collectives, and wait_stream (the stream a cuda_sync event
-    # waited for); -1 if unknown
+    # msg_bytes, group_size, seq of collectives, wait_stream (the stream a cuda_sync event
+    # waited for), and a send's or a receive's peer and tag; -1 if unknown
     numbers: dict[str, np.ndarray]
     waits_for: np.ndarray  # when the CUDA event a cuda_sync event waited on was recorded; NaN
     skipped: int = 0
@@ -86,7 +86,7 @@ def read_columns(
     xs, start, dur, skipped = times(path, xs, strict, notes)
     start += (header.base_time_ns or 0) / 1000.0
     text = columns_of(xs)
-    numbers, text["process_group"] = comm_numbers(xs, text["collective"][0])
+    numbers, text["process_group"] = comm_numbers(xs, text["collective"][0], text["name"])
     text["call_from"] = call_sites(xs, text["cat"])
     linked = link_rows(text["cat"])
     correlation = ints_of_rows(xs, "args.correlation", linked["correlation"])

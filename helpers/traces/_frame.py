@@ -26,9 +26,9 @@ TEXT_COLUMNS = (
 )  # fmt: skip
 #: The numeric columns that describe a collective (from ``record_param_comms`` / kernel args).
 COMM_NUMBERS = ("msg_bytes", "group_size", "seq")
-#: The integer columns, <NA> where unknown: those of a collective, and the stream that a
-#: ``cuda_sync`` event waited for.
-NUMBERS = (*COMM_NUMBERS, "wait_stream")
+#: The integer columns, <NA> where unknown: those of a collective, the stream that a
+#: ``cuda_sync`` event waited for, and a send's or a receive's peer and tag.
+NUMBERS = (*COMM_NUMBERS, "wait_stream", "peer", "tag")
 #: The frame's columns, in order.
 COLUMNS = (
     "rank", "name", "cat", "kind", "pid", "tid", "lane", "start_us", "dur_us", "end_us",

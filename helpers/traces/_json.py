@@ -39,11 +39,15 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     the same id); ``external_id`` links a GPU annotation to its CPU annotation; ``wait_stream``
     and ``wait_record`` say what a ``cuda_sync`` event waited for (the stream, and the
     correlation of the ``cudaEventRecord`` call that recorded the CUDA event on it). The others
-    describe a collective (on ``record_param_comms`` and, in newer traces, on NCCL kernels)."""
+    describe a collective (on ``record_param_comms`` and, in newer traces, on NCCL kernels);
+    ``concrete`` (``Concrete Inputs``, with ``record_shapes=True``) gives a send's or a receive's
+    peer and tag."""
 
     name: Any = None
     collective: Any = msgspec.field(default=None, name="Collective name")
     dims: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input Dims")
+    # a send's or a receive's peer and tag (``c10d::send``: tensors, group, peer, tag)
+    concrete: msgspec.Raw = msgspec.field(default=_EMPTY, name="Concrete Inputs")
     stream: Any = None
     # integers as Kineto writes them, -1 when absent (other types: the lenient decoder)
     correlation: int = -1
@@ -283,7 +287,7 @@ def _lenient(doc: _AnyDoc, notes: list[str]) -> Doc:
     events = []
     for e in doc.traceEvents:
         args = e.args if isinstance(e.args, dict) else {}
-        dims = args.get("Input Dims")
+        dims, concrete = args.get("Input Dims"), args.get("Concrete Inputs")
         events.append(
             Event(
                 ph=_text(e.ph),
@@ -298,10 +302,13 @@ def _lenient(doc: _AnyDoc, notes: list[str]) -> Doc:
                     collective=args.get("Collective name"),
                     stream=args.get("stream"),
                     dims=_EMPTY if dims is None else msgspec.Raw(msgspec.json.encode(dims)),
+                    concrete=_EMPTY
+                    if concrete is None
+                    else msgspec.Raw(msgspec.json.encode(concrete)),
                     **{
                         f: args.get(_ARG_KEYS[f])
                         for f in _ARG_KEYS
-                        if f not in ("name", "collective", "stream", "dims")
+                        if f not in ("name", "collective", "stream", "dims", "concrete")
                     },
                 ),
             )

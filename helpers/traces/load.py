@@ -116,7 +116,9 @@ def load_trace(
     Python function was called from (``file:line``; traces made with ``with_stack=True``);
     ``wait_stream`` and ``waits_for_us`` say what a ``cuda_sync`` event (recorded with
     ``enable_cuda_sync_events``) waited for: the stream, and when the CUDA event it waited on
-    was recorded there (the start of its ``cudaEventRecord`` call).
+    was recorded there (the start of its ``cudaEventRecord`` call); ``peer`` and ``tag`` are a
+    send's or a receive's (``c10d::send``, ``c10d::recv_``) peer (its rank in the op's process
+    group) and tag, in traces recorded with ``record_shapes=True``.
     ``step`` is the ``ProfilerStep#N`` an event starts in (``<NA>`` outside every step),
     except for GPU events: they carry the step whose CPU code launched them (a kernel often
     runs after its step's CPU work has ended), and ``launch_us`` is when that launch happened

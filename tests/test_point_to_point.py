@@ -1,0 +1,149 @@
+"""Sends and receives (helpers/analysis/point_to_point.py) and the critical path through them, as a
+specification: pairs read from tiny traces built to the format gloo writes (``c10d::send`` /
+``c10d::recv_`` with their peer and tag in ``Concrete Inputs``, each followed by its
+``gloo:send`` / ``gloo:recv`` record on the same thread), and paths computed by hand."""
+
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+
+from conftest import complete_event, trace_doc, write_doc
+from helpers import critical_path, load_run, step_times, what_if
+from helpers.analysis.point_to_point import sends_and_receives, waits_in_records
+
+MAIN = 1
+
+
+def step(ts, dur, number=1):
+    return complete_event(f"ProfilerStep#{number}", ts, dur, cat="user_annotation", pid=100, tid=MAIN)  # fmt: skip
+
+
+def op(name, ts, dur, cat="cpu_op", **args):
+    return complete_event(name, ts, dur, cat=cat, pid=100, tid=MAIN, **args)
+
+
+def send(ts, peer, done, tag=0) -> list[dict]:
+    """An ``isend`` to ``peer`` issued at ``ts`` (its op 10 µs), its record ending at ``done``
+    (when a wait saw it done)."""
+    concrete = {"Concrete Inputs": ["", "", str(peer), str(tag)]}
+    return [op("c10d::send", ts, 10, **concrete), op("gloo:send", ts + 8, done - ts - 8, cat="user_annotation")]  # fmt: skip
+
+
+def recv(ts, peer, arrived, tag=0, peers=True) -> list[dict]:
+    """A blocking receive from ``peer`` posted at ``ts`` (its op 10 µs), its data seen at
+    ``arrived``; ``peers=False``: recorded without ``record_shapes``, so no peer."""
+    concrete = {"Concrete Inputs": ["", "", str(peer), str(tag)]} if peers else {}
+    return [op("c10d::recv_", ts, 10, **concrete), op("gloo:recv", ts + 8, arrived - ts - 8, cat="user_annotation")]  # fmt: skip
+
+
+def events_of(tmp_path, ranks: dict[int, list[dict]]) -> pd.DataFrame:
+    for rank, events in ranks.items():
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
+    return load_run(tmp_path, cache=False).events
+
+
+#: Two stages, one micro-batch: stage 0 computes 0-500 and sends; stage 1 has posted its receive
+#: at 0, its data arrives at 530 (20 µs after the send was issued at 510), it computes 540-840.
+#: A send's wait ends when its receive has the data (gloo's send waits for the receive).
+TWO_STAGES = {
+    0: [step(0, 540), op("forward", 0, 500), *send(500, 1, 535)],
+    1: [step(0, 900), *recv(0, 0, 530), op("forward", 540, 300), op("aten::zero_", 840, 50)],
+}  # fmt: skip
+
+
+def slowed_middle(slow: int) -> dict[int, list[dict]]:
+    """Three stages, one micro-batch: each stage receives (but the first), computes and sends
+    (but the last); the middle stage's forward takes ``slow`` µs more, 100 µs without it."""
+    mid = 100 + slow
+    return {
+        0: [step(0, 140), op("forward", 0, 100), *send(100, 1, 135)],
+        1: [step(0, 170 + mid), *recv(0, 0, 130), op("forward", 130, mid), *send(130 + mid, 2, 165 + mid)],  # fmt: skip
+        2: [step(0, 420 + mid), *recv(0, 1, 160 + mid), op("forward", 160 + mid, 100),
+            op("aten::zero_", 260 + mid, 160)],
+    }  # fmt: skip
+
+
+#: A middle stage that sends to and receives from two peers in one step: forward from 0, to 2,
+#: then the gradient back from 2 and to 0. Rank 2's backward (300 µs) holds the step.
+TWO_PEERS = {
+    0: [step(0, 900), op("forward", 0, 100), *send(100, 1, 132), *recv(132, 1, 800, tag=1),
+        op("backward", 800, 100)],
+    1: [step(0, 810), *recv(0, 0, 130), op("forward", 130, 100), *send(230, 2, 262),
+        *recv(262, 2, 730, tag=1), op("backward", 730, 50), *send(780, 0, 800, tag=1)],
+    2: [step(0, 860), *recv(0, 1, 260), op("forward", 260, 100), op("backward", 360, 300),
+        *send(660, 1, 730, tag=1), op("aten::zero_", 730, 120)],
+}  # fmt: skip
+
+
+def test_each_receive_is_paired_with_the_send_of_the_same_ranks_tag_and_order(tmp_path):
+    pairs = sends_and_receives(events_of(tmp_path, TWO_PEERS))
+    assert pairs[["sender", "receiver", "tag", "index"]].values.tolist() == [
+        [0, 1, 0, 0], [1, 2, 0, 0], [1, 0, 1, 0], [2, 1, 1, 0]
+    ]  # fmt: skip
+    assert pairs["received_us"].sub(pairs["posted_us"]).tolist() == [130, 260, 668, 468]
+
+
+def test_a_trace_without_peers_pairs_nothing_and_says_what_to_record(tmp_path):
+    events = events_of(tmp_path, {0: TWO_STAGES[0], 1: [step(0, 900), *recv(0, 0, 530, peers=False)]})  # fmt: skip
+    with pytest.warns(UserWarning, match="record_shapes=True"):
+        assert sends_and_receives(events).empty
+
+
+def test_a_transfer_record_is_cut_to_the_wait_at_its_end(tmp_path):
+    events = events_of(tmp_path, {0: [step(0, 900), *send(0, 1, 890), op("aten::mm", 20, 860)]})
+    cut = waits_in_records(events)
+    record = cut[(cut["name"] == "gloo:send").to_numpy()].iloc[0]
+    # the send was under way while aten::mm ran (20-880): the thread waited 880-890
+    assert (record["start_us"] - events["start_us"].min(), record["dur_us"]) == (880, 10)
+
+
+@pytest.mark.parametrize(
+    "ranks, expected",
+    [
+        pytest.param(TWO_STAGES, [[0, "work", "forward"], [0, "work", "c10d::send"],
+                                  [0, "receive", "gloo:recv"], [1, "work", "forward"],
+                                  [1, "work", "aten::zero_"]], id="two stages, one micro-batch"),
+        pytest.param(slowed_middle(400), [[0, "work", "forward"], [0, "work", "c10d::send"],
+                                          [0, "receive", "gloo:recv"], [1, "work", "forward"],
+                                          [1, "work", "c10d::send"], [1, "receive", "gloo:recv"],
+                                          [2, "work", "forward"], [2, "work", "aten::zero_"]],
+                     id="three stages, the middle one slowed"),
+        pytest.param(TWO_PEERS, [[0, "work", "forward"], [0, "work", "c10d::send"],
+                                 [0, "receive", "gloo:recv"], [1, "work", "forward"],
+                                 [1, "work", "c10d::send"], [1, "receive", "gloo:recv"],
+                                 [2, "work", "forward"], [2, "work", "backward"],
+                                 [2, "work", "c10d::send"], [2, "receive", "gloo:recv"],
+                                 [1, "work", "backward"], [1, "work", "c10d::send"],
+                                 [1, "receive", "gloo:recv"], [0, "work", "backward"]],
+                     id="a middle stage with two peers"),
+    ],
+)  # fmt: skip
+def test_the_path_follows_each_receive_to_the_stage_that_sent_it(tmp_path, ranks, expected):
+    path = critical_path(events_of(tmp_path, ranks))
+    seen = path[(path["dur_us"] > 0).to_numpy() & (path["reason"] != "untraced").to_numpy()]
+    assert seen[["rank", "reason", "name"]].values.tolist() == expected
+
+
+def test_a_receive_posted_after_its_send_holds_only_its_own_rank(tmp_path):
+    # stage 1 computes 0-700 before it posts its receive: the send issued at 110 waited for it
+    ranks = {
+        0: [step(0, 740), op("forward", 0, 100), *send(100, 1, 735)],
+        1: [step(0, 900), op("aten::mm", 0, 700), *recv(700, 0, 730), op("forward", 730, 170)],
+    }  # fmt: skip
+    path = critical_path(events_of(tmp_path, ranks))
+    assert path[["rank", "reason", "name"]].values.tolist() == [
+        [1, "work", "aten::mm"], [1, "receive", "gloo:recv"], [1, "work", "forward"]
+    ]  # fmt: skip
+
+
+def test_the_what_if_of_a_slowed_stage_predicts_the_stage_without_its_delay(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (tmp_path / "slowed").mkdir(), (tmp_path / "fast").mkdir()
+        slowed = events_of(tmp_path / "slowed", slowed_middle(400))
+        fast = events_of(tmp_path / "fast", slowed_middle(0))
+    predicted = what_if(slowed, rank=1, name="^forward$", factor=0.2).iat[0]
+    assert predicted == pytest.approx(step_times(fast).median(axis=1).iat[0])
