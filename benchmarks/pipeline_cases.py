@@ -1,0 +1,96 @@
+"""Benchmark: the critical path and the what-if through a pipeline's sends and receives (issue 48).
+Every figure is measured in this one run.
+
+Each case runs a three-stage pipeline on gloo (``pipeline_job.py``, six micro-batches) twice: with
+one stage slowed by a sleep in every forward (``slow_layer``), and without the delay. From the
+first run's traces: the share of the slowed op's time that the critical path puts on that stage
+(target: at least 80 %), and ``what_if`` without ``slow_layer`` against the second run's median
+step (target: within 15 %).
+
+    OMP_NUM_THREADS=1 python benchmarks/pipeline_cases.py [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from helpers import critical_path, load_run, step_times, what_if  # noqa: E402
+from helpers.jobs import launch  # noqa: E402
+
+JOB = REPO / "benchmarks" / "pipeline_job.py"
+#: Per case: the schedule, the slowed stage and its delay (ms per micro-batch's forward).
+CASES = {
+    "1F1B, stage 1 slowed 20 ms": ("1f1b", 1, 20),
+    "GPipe, stage 2 slowed 15 ms": ("gpipe", 2, 15),
+}
+
+
+def measure(name: str, schedule: str, stage: int, delay_ms: float, root: Path) -> dict:
+    """One case: the path's share of the delay on the slowed stage, the what-if without it and
+    the run measured without it."""
+    args = ["--schedule", schedule, "--slow-stage", str(stage)]
+    slowed, fixed = (
+        launch(
+            JOB,
+            3,
+            experiment=f"{schedule}{i}",
+            args=[*args, "--slow-ms", str(ms)],
+            echo=False,
+            traces_root=root,
+        )  # fmt: skip
+        for i, ms in enumerate((delay_ms, 0))
+    )
+    events = load_run(slowed.run_dir, cache=False).events
+    without = float(step_times(load_run(fixed.run_dir, cache=False).events).median(axis=1).median())  # fmt: skip
+    path = critical_path(events)
+    slow = events[(events["rank"] == stage).to_numpy() & (events["name"] == "slow_layer").to_numpy()]  # fmt: skip
+    on_path = path[(path["rank"] == stage).to_numpy() & (path["name"] == "slow_layer").to_numpy()]
+    predicted = float(what_if(events, rank=stage, name="^slow_layer$").median())
+    return {
+        "case": name,
+        "step ms": round(float(step_times(events).median(axis=1).median()), 1),
+        "delay on the path %": round(100 * on_path["dur_us"].sum() / slow["dur_us"].sum(), 1),
+        "what-if ms": round(predicted, 1),
+        "measured without ms": round(without, 1),
+        "what-if error %": round(100 * abs(predicted - without) / without, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each case")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pdp-pipeline-") as tmp:
+        for _ in range(args.repeats):
+            for name, case in CASES.items():
+                rows.append(measure(name, *case, Path(tmp)))
+    table = pd.DataFrame(rows)
+    medians = table.groupby("case", sort=False).median(numeric_only=True)
+    medians["error of the medians %"] = (
+        100 * (medians["what-if ms"] - medians["measured without ms"]).abs() / medians["measured without ms"]
+    ).round(1)  # fmt: skip
+    with pd.option_context("display.width", 200):
+        print(table.to_string(index=False))
+        print(medians.to_string())
+    print(
+        f"delay on the slowed stage's path, lowest: {table['delay on the path %'].min():.1f} % "
+        f"(target: at least 80 %); what-if against the run without the delay (medians over "
+        f"{args.repeats} runs of each; the runs without it vary too): "
+        + ", ".join(f"{c} {e:.1f} %" for c, e in medians["error of the medians %"].items())
+        + " (target: within 15 %)"
+    )
+
+
+if __name__ == "__main__":
+    main()
