@@ -8,8 +8,11 @@ backward. One stage can be slowed: a sleep inside ``record_function("slow_layer"
 forwards (``--slow-stage``, ``--slow-ms``). Traces (with ``record_shapes=True``, which records each
 send's peer and tag) go to ``RUN_DIR``, one per rank.
 
-(``torch.distributed.pipelining`` hangs on gloo in torch 2.14: its sends and receives of both
-directions share one communicator, which its own comments call the single-comm FIFO deadlock.)
+(Why not ``torch.distributed.pipelining``: with torch 2.14.1 on gloo, its GPipe and 1F1B schedules
+hung here on three stages once gradients were sent back. Its ``stage.py`` describes a deadlock of
+sends and receives that share one communicator, and the fix it offers, a communicator per
+direction (``TORCH_DISTRIBUTED_PIPELINE_PER_DIRECTION_P2P=1``), failed here in ``split_group``
+on gloo.)
 """
 
 import argparse
