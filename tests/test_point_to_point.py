@@ -11,7 +11,14 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, complete_event, trace_doc, write_doc
-from helpers import critical_path, launch, load_run, step_times, what_if
+from helpers import (
+    critical_path,
+    launch,
+    load_run,
+    step_times,
+    unmatched_collectives,
+    what_if,
+)
 from helpers.analysis.point_to_point import sends_and_receives, waits_in_records
 
 MAIN = 1
@@ -175,3 +182,7 @@ def test_the_path_of_a_real_pipeline_puts_the_delay_on_the_slowed_stage(pipeline
     # the slowed forwards hold every stage after them and every stage waits for them: all of
     # it lies on the path (100 % in every run measured; 80 % leaves room for a descheduled rank)
     assert on_path["dur_us"].sum() >= 0.8 * slow["dur_us"].sum()
+
+
+def test_sends_and_receives_are_no_collective_that_some_rank_never_joined(tmp_path):
+    assert unmatched_collectives(events_of(tmp_path, TWO_PEERS)).empty

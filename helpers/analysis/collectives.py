@@ -138,14 +138,15 @@ def unmatched_collectives(events: pd.DataFrame, names: str | None = None) -> pd.
     called one more than the others, the mark of a job that hangs (lesson 8). One row per
     collective and rank that called it: ``name, index, rank, step, start_us, dur_us,
     missing`` (the ranks loaded that did not call it); empty when every collective matches or
-    only one rank is loaded."""
+    only one rank is loaded. Sends and receives are no collective: they are left out
+    (:func:`helpers.sends_and_receives` pairs them)."""
     columns = ["name", "index", "rank", "step", "start_us", "dur_us", "missing"]
     ev = matched_collectives(events, names)
     ranks = sorted(int(r) for r in events["rank"].unique())
     if len(ranks) < 2 or ev.empty:
         return pd.DataFrame(columns=columns)
     kept = on_every_rank(ev).index
-    lonely = ev[~ev.index.isin(kept)]
+    lonely = ev[~ev.index.isin(kept) & ~paired_by_guess(ev)]  # a send has no partner by order
     seen = lonely.groupby(["key", "index"])["rank"].agg(lambda r: set(int(x) for x in r))
     missing = [sorted(set(ranks) - seen[(k, i)]) for k, i in zip(lonely["key"], lonely["index"])]
     out = lonely.assign(missing=missing)
