@@ -6,20 +6,24 @@ specification: pairs read from tiny traces built to the format gloo writes (``c1
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from conftest import REPO, complete_event, trace_doc, write_doc
 from helpers import (
+    collective_waits,
     critical_path,
     launch,
     load_run,
+    stage_waits,
     step_times,
     unmatched_collectives,
     what_if,
 )
 from helpers.analysis.point_to_point import sends_and_receives, waits_in_records
+from helpers.report import build_report
 
 MAIN = 1
 
@@ -157,13 +161,18 @@ def test_the_what_if_of_a_slowed_stage_predicts_the_stage_without_its_delay(tmp_
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> pd.DataFrame:
-    """A real three-stage 1F1B pipeline on gloo (``benchmarks/pipeline_job.py``), stage 1
-    slowed 20 ms in each of its 4 forwards, 2 steps recorded."""
+def pipeline_run(tmp_path_factory) -> Path:
+    """The traces of a real three-stage 1F1B pipeline on gloo (``benchmarks/pipeline_job.py``),
+    stage 1 slowed 20 ms in each of its 4 forwards, 2 steps recorded."""
     job = REPO / "benchmarks" / "pipeline_job.py"
     args = ["--steps", "4", "--microbatches", "4", "--slow-stage", "1", "--slow-ms", "20"]
     run = launch(job, 3, args=args, traces_root=tmp_path_factory.mktemp("pipeline"), echo=False)
-    return load_run(run.run_dir, cache=False).events
+    return run.run_dir
+
+
+@pytest.fixture(scope="module")
+def pipeline(pipeline_run) -> pd.DataFrame:
+    return load_run(pipeline_run, cache=False).events
 
 
 @pytest.mark.slow
@@ -186,3 +195,22 @@ def test_the_path_of_a_real_pipeline_puts_the_delay_on_the_slowed_stage(pipeline
 
 def test_sends_and_receives_are_no_collective_that_some_rank_never_joined(tmp_path):
     assert unmatched_collectives(events_of(tmp_path, TWO_PEERS)).empty
+
+
+def test_each_stage_waits_for_the_others_in_its_sends_and_receives_waits(tmp_path):
+    waits = stage_waits(events_of(tmp_path, TWO_PEERS)).set_index("rank")
+    # rank 0: its send 110-132, its receive 142-800; rank 1: 10-130, 240-262, 272-730, 790-800;
+    # rank 2: 10-260, 670-730
+    assert waits["waiting_ms"].round(3).to_dict() == {0: 0.680, 1: 0.610, 2: 0.310}
+    assert waits[["sends", "receives"]].values.tolist() == [[1, 1], [2, 2], [1, 1]]
+
+
+def test_sends_and_receives_are_no_collective_whose_waits_are_measured(tmp_path):
+    assert collective_waits(events_of(tmp_path, TWO_PEERS)).empty
+
+
+@pytest.mark.slow
+def test_the_report_names_the_slowed_stage_as_the_one_the_others_wait_for(pipeline_run):
+    section = build_report(pipeline_run).section("A pipeline's stages")
+    assert "Rank 1 waits least" in section.text
+    assert section.table["sends per step"].tolist() == [4, 8, 4]

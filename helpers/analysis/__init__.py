@@ -11,7 +11,7 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``collectives``: the same collective matched on every rank; waiting against moving data,
   the straggler, overlap with computation, bandwidth.
 - ``point_to_point``: each send paired with the receive that took its data (a pipeline's
-  stages), from the peers and tags the trace records.
+  stages), from the peers and tags the trace records; how long each stage waited for the others.
 - ``memory``: memory in use over time from a starting point, and its peaks.
 - ``fsdp``: the phases of a sharded (FSDP2) step per unit and rank, from FSDP's annotations,
   and the phase each collective belongs to.
@@ -54,7 +54,7 @@ from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
 from .memory import memory_over_time, memory_peaks
 from .overhead import profiling_cost
-from .point_to_point import sends_and_receives
+from .point_to_point import sends_and_receives, stage_waits
 from .rank_by_rank import RunSummary, kept_of_file, summarise_run, summary_of
 from .replay import replay_error, replay_step_times, what_if
 from .rpc import by_rpc_node, enclosure, max_parallel_lanes, rpc_calls
@@ -81,6 +81,7 @@ __all__ = [
     "collective_bandwidth",
     "bus_factor",
     "sends_and_receives",
+    "stage_waits",
     "gpu_idle_time",
     "fsdp_phases",
     "fsdp_collectives",

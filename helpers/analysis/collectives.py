@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..traces.kinds import event_names, name_matches
 from .intervals import busy_ms_per_group, covered_us, merge_intervals
+from .point_to_point import TRANSFER_RECORDS
 
 __all__ = [
     "COLLECTIVE_NAMES",
@@ -167,8 +168,9 @@ def collective_waits(events: pd.DataFrame, names: str | None = None) -> pd.DataF
 
     Returns one row per collective and rank: ``name, index, rank, step, start_us, dur_us,
     transfer_us, wait_us, matched_by`` (and ``key``: what identifies the collective);
-    collectives missing on some rank are left out. ``step`` is the step that launched a
-    GPU kernel.
+    collectives missing on some rank are left out, and so are gloo's records of sends and
+    receives (:func:`helpers.sends_and_receives` pairs them). ``step`` is the step that
+    launched a GPU kernel.
     """
     columns = ["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]
     return collectives_with_waits(events, names)[columns + ["matched_by", "key"]].reset_index(
@@ -177,8 +179,10 @@ def collective_waits(events: pd.DataFrame, names: str | None = None) -> pd.DataF
 
 
 def collectives_with_waits(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
-    """The matched collectives with every column of ``events``, ``transfer_us`` and ``wait_us``."""
-    ev = on_every_rank(matched_collectives(events, names))
+    """The matched collectives with every column of ``events``, ``transfer_us`` and ``wait_us``
+    (the backends' records of sends and receives left out: no collective)."""
+    ev = matched_collectives(events, names)
+    ev = on_every_rank(ev[~name_matches(ev, TRANSFER_RECORDS)])
     ev = ev.assign(transfer_us=ev.groupby(["key", "index"])["dur_us"].transform("min"))
     ev["wait_us"] = ev["dur_us"] - ev["transfer_us"]
     return ev

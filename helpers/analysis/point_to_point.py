@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 
 from ..traces.kinds import name_matches
+from .intervals import merge_intervals
 
-__all__ = ["sends_and_receives", "waits_in_records", "TRANSFER_RECORDS"]
+__all__ = ["sends_and_receives", "stage_waits", "waits_in_records", "TRANSFER_RECORDS"]
 
 #: The backends' records of a send's or a receive's transfer, on the thread that issued it.
 TRANSFER_RECORDS = r"^(?:gloo|mpi):(?:send|recv)$"
@@ -143,3 +144,32 @@ def waits_in_records(ev: pd.DataFrame) -> pd.DataFrame:
         last = np.where(at >= 0, others[np.maximum(at, 0)], -np.inf)
         starts[mine] = np.maximum(starts[mine], last)
     return ev.assign(start_us=starts, dur_us=ev["end_us"].to_numpy() - starts)
+
+
+def stage_waits(events: pd.DataFrame) -> pd.DataFrame:
+    """How long each rank of a pipeline waited for the others in each step: the time its
+    threads spent in the waits at the end of its sends' and receives' records
+    (:func:`waits_in_records`, overlapping waits counted once). In a pipeline this is the
+    stage's bubble (the other stages had not sent its input or its gradient yet) plus the
+    transfers themselves.
+
+    Returns one row per rank and step that sent or received: ``rank, step, step_ms,
+    waiting_ms, share`` (of the step), ``sends, receives`` (ops in the step); empty for a
+    run without them."""
+    cut = waits_in_records(events[~events["kind"].isin(("step", "other")).to_numpy()])
+    records = cut[name_matches(cut, TRANSFER_RECORDS)]
+    steps = events[(events["kind"] == "step").to_numpy()]
+    rows = []
+    for (rank, step), mine in records.groupby(["rank", "step"], observed=True):
+        bounds = steps[(steps["rank"] == rank).to_numpy() & steps["step"].eq(step).fillna(False).to_numpy(bool)]  # fmt: skip
+        if bounds.empty:
+            continue
+        lo, hi = float(bounds["start_us"].min()), float(bounds["end_us"].max())
+        starts, ends = merge_intervals(mine["start_us"].clip(lo, hi), mine["end_us"].clip(lo, hi))
+        waiting = float((ends - starts).sum()) / 1e3
+        ops = events[(events["rank"] == rank).to_numpy() & events["step"].eq(step).fillna(False).to_numpy(bool)]  # fmt: skip
+        step_ms = (hi - lo) / 1e3
+        rows.append((int(rank), int(step), step_ms, waiting, waiting / step_ms,
+                     int((ops["name"] == _SEND).sum()), int((ops["name"] == _RECV).sum())))  # fmt: skip
+    columns = ["rank", "step", "step_ms", "waiting_ms", "share", "sends", "receives"]
+    return pd.DataFrame(rows, columns=columns)

@@ -41,6 +41,7 @@ from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks, stream_waits_unseen
 from .held import HELD, held_section_of
 from .sections import (
+    PIPELINE_TITLE,
     Section,
     gpu_section,
     groups_section,
@@ -48,6 +49,7 @@ from .sections import (
     median_step,
     median_waiting,
     phases_section,
+    pipeline_section,
     step_section,
     waiting_section,
 )
@@ -312,6 +314,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
         sections.append(_guarded("The GPU", failed, gpu_section, events, names))
     if has_steps and whole:
         sections.append(_guarded("A sharded job's phases", failed, _phases, events))
+        sections.append(_guarded(PIPELINE_TITLE, failed, pipeline_section, events))
     facts = Facts(
         ranks=ranks,
         world_size=read.world,

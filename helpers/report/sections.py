@@ -20,6 +20,8 @@ from ..analysis import (
     collective_bandwidth,
     communication_overlap,
     gpu_idle_time,
+    sends_and_receives,
+    stage_waits,
     waiting_per_step,
 )
 from ..drawing import plot_fsdp_phases
@@ -304,3 +306,45 @@ def groups_section(per_group: pd.DataFrame) -> Section:
         "waiting section's)."
     )
     return Section("Waiting per process group", text, table.round(1))
+
+
+PIPELINE_TITLE = "A pipeline's stages"
+
+
+def pipeline_section(events: pd.DataFrame) -> Section | None:
+    """A pipeline's stages, from :func:`helpers.stage_waits`: per rank, the median step, the
+    time it waited for the other stages and its sends and receives per step; the rank that
+    waits least named where it waits less than half as long as the median rank (the others
+    wait for it). None for a run whose sends are not paired with receives."""
+    pairs = len(sends_and_receives(events))
+    if not pairs:
+        return None
+    table = (
+        stage_waits(events)
+        .groupby("rank")[["step_ms", "waiting_ms", "share", "sends", "receives"]]
+        .median()
+    )
+    table["share"] = 100 * table["share"]
+    least = int(table["share"].idxmin())
+    if table["share"].min() < 0.5 * table["share"].median():
+        verdict = (
+            f"Rank {least} waits least ({table.at[least, 'waiting_ms']:.1f} ms a step, "
+            f"{table.at[least, 'share']:.0f} %): the other stages wait for it."
+        )
+    else:
+        verdict = (
+            f"The stages wait alike ({table['share'].min():.0f} to {table['share'].max():.0f} % "
+            "of a step): the bubble of a balanced pipeline, (p - 1) / (m + p - 1) of a step "
+            "for p stages and m micro-batches in GPipe and 1F1B, plus the transfers."
+        )
+    text = (
+        f"The ranks send to and receive from each other ({pairs} sends paired with their "
+        "receives by ranks, tag and order): the stages of a pipeline. Each stage waits for the "
+        "others at the end of its receives (its input or its gradient not there yet) and of "
+        f"its sends: the bubble, and the transfers. {verdict}"
+    )
+    table = table.rename(columns={
+        "step_ms": "step (ms)", "waiting_ms": "waiting for the others (ms per step)",
+        "share": "share of the step (%)", "sends": "sends per step", "receives": "receives per step",
+    })  # fmt: skip
+    return Section(PIPELINE_TITLE, text, table.round(1))
