@@ -5,7 +5,8 @@ Each case runs a three-stage pipeline on gloo (``pipeline_job.py``, six micro-ba
 one stage slowed by a sleep in every forward (``slow_layer``), and without the delay. From the
 first run's traces: the share of the slowed op's time that the critical path puts on that stage
 (target: at least 80 %), and ``what_if`` without ``slow_layer`` against the second run's median
-step (target: within 15 %).
+step (target: within 15 %). Then the bubble of three stages of equal work, measured
+(:func:`helpers.stage_waits`) against the textbook's, for 2, 4 and 8 micro-batches.
 
     OMP_NUM_THREADS=1 python benchmarks/pipeline_cases.py [--repeats 1]
 """
@@ -23,7 +24,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from helpers import critical_path, load_run, step_times, what_if  # noqa: E402
+from helpers import critical_path, load_run, stage_waits, step_times, what_if  # noqa: E402
 from helpers.jobs import launch  # noqa: E402
 
 JOB = REPO / "benchmarks" / "pipeline_job.py"
@@ -65,6 +66,22 @@ def measure(name: str, schedule: str, stage: int, delay_ms: float, root: Path) -
     }
 
 
+def bubbles(microbatches: list[int], root: Path, schedule: str = "gpipe") -> pd.DataFrame:
+    """The bubble measured against the textbook's (p - 1) / (m + p - 1): three stages of equal
+    work (10 ms a forward, 20 a backward, sleeps that leave the CPU free), ``m`` micro-batches
+    each; the measured share of a step each stage waits for the others (its median over the
+    steps, then over the stages)."""
+    rows = []
+    for m in microbatches:
+        args = ["--schedule", schedule, "--microbatches", str(m), "--work-ms", "10"]
+        run = launch(JOB, 3, experiment=f"bubble{m}", args=args, echo=False, traces_root=root)
+        waits = stage_waits(load_run(run.run_dir, cache=False).events)
+        share = float(waits.groupby("rank")["share"].median().median())
+        rows.append({"schedule": schedule, "micro-batches": m, "textbook %": round(100 * 2 / (m + 2), 1),
+                     "measured %": round(100 * share, 1)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="runs of each case")
@@ -90,6 +107,9 @@ def main() -> None:
         + ", ".join(f"{c} {e:.1f} %" for c, e in medians["error of the medians %"].items())
         + " (target: within 15 %)"
     )
+    with tempfile.TemporaryDirectory(prefix="pdp-bubble-") as tmp:
+        table = pd.concat([bubbles([2, 4, 8], Path(tmp), s) for s in ("gpipe", "1f1b")])
+    print(table.to_string(index=False))
 
 
 if __name__ == "__main__":

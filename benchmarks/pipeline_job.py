@@ -5,7 +5,9 @@ from the stage before (``dist.recv``), runs its layers, and sends the output on 
 backward sends each input's gradient back the same way. ``--schedule gpipe`` runs every forward
 then every backward; ``1f1b`` runs a stage's warm-up forwards, then alternates one forward and one
 backward. One stage can be slowed: a sleep inside ``record_function("slow_layer")`` in each of its
-forwards (``--slow-stage``, ``--slow-ms``). Traces (with ``record_shapes=True``, which records each
+forwards (``--slow-stage``, ``--slow-ms``). ``--work-ms`` gives every stage work that leaves the
+CPU free (a sleep in each forward, twice as long in each backward), so that stages of equal
+work follow the textbook on a machine with fewer cores than ranks. Traces (with ``record_shapes=True``, which records each
 send's peer and tag) go to ``RUN_DIR``, one per rank.
 
 (Why not ``torch.distributed.pipelining``: with torch 2.14.1 on gloo, its GPipe and 1F1B schedules
@@ -48,6 +50,7 @@ def main():
     p.add_argument("--microbatches", type=int, default=6)
     p.add_argument("--slow-stage", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--work-ms", type=float, default=0.0)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -56,6 +59,7 @@ def main():
     model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(4)])
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     slow = args.slow_ms / 1000 if rank == args.slow_stage else 0.0
+    work = args.work_ms / 1000  # a stage's own work, that leaves the CPU free
     inputs, outputs, sends = {}, {}, []
 
     def forward(k):
@@ -64,6 +68,7 @@ def main():
             dist.recv(x, rank - 1, tag=ACTIVATION)
             x.requires_grad_()
         with record_function(f"forward {k}"):
+            time.sleep(work)
             if slow:
                 with record_function("slow_layer"):
                     time.sleep(slow)
@@ -79,6 +84,7 @@ def main():
             grad = torch.empty(ROWS, WIDTH)
             dist.recv(grad, rank + 1, tag=GRADIENT)
         with record_function(f"backward {k}"):
+            time.sleep(2 * work)
             y.backward(grad)
         x = inputs.pop(k)
         if not first:

@@ -6,6 +6,7 @@ torchrun --standalone --nproc-per-node 4 mesh_job.py --slow-rank 3 --delay-ms 40
 
 import gzip
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ def labelled(events):
 
 
 def test_a_gloo_trace_does_not_name_the_group_so_all_ranks_are_matched_together(events):
-    waits = collective_waits(events)
+    with pytest.warns(UserWarning, match="matched by name and order across the groups"):
+        waits = collective_waits(events)
 
     assert waits.groupby(["key", "index"])["rank"].nunique().eq(4).all()
 
@@ -150,3 +152,14 @@ def test_real_nccl_traces_without_groups_are_told_why_there_is_no_table_per_grou
 
     with pytest.raises(ValueError, match="older ones do not"):
         waiting_per_group(events)
+
+
+def test_collectives_given_their_group_are_matched_without_a_warning(labelled):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        collective_waits(labelled)
+
+
+def test_the_ranks_groups_are_read_from_the_traces_headers(events):
+    # each rank is in the default group, one tp group and one dp group (pg_config)
+    assert events.attrs["process_groups"] == 3

@@ -84,7 +84,8 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
 
     A collective is matched by what the trace records about it: its sequence number where
     present; else its collective name, process group and message size (the i-th such on
-    each rank); else its event name (the i-th such on each rank)."""
+    each rank); else its event name (the i-th such on each rank). A warning says so where the
+    ranks are each in several process groups and collectives do not say their group."""
     pattern = collective_source(events).pattern if names is None else names
     ev = events[name_matches(events, pattern)].sort_values(["rank", "start_us"], kind="stable")
     ev = ev.assign(name=event_names(ev))
@@ -105,7 +106,26 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     ev["key"] = key
     ev["matched_by"] = pd.Categorical([_MATCHED_BY[h] for h in how])
     ev["index"] = ev.groupby(["rank", "key"]).cumcount()
+    _warn_across_groups(events, ev)
     return ev
+
+
+def _warn_across_groups(events: pd.DataFrame, matched: pd.DataFrame) -> None:
+    """Warn where the ranks are each in several process groups (their headers' ``pg_config``,
+    :func:`helpers.load_run`) and collectives that do not say their group were matched by
+    name or size and order: across the groups, one group's collective can be paired with
+    another's."""
+    groups = events.attrs.get("process_groups") or 1
+    blind = matched["process_group"].isna().to_numpy() & (matched["matched_by"].astype(str) != _MATCHED_BY["seq"]).to_numpy()  # fmt: skip
+    if groups > 1 and blind.any():
+        warnings.warn(
+            f"the ranks are each in {groups} process groups (their traces' pg_config), and "
+            f"{int(blind.sum())} collectives do not say which: they were matched by name and "
+            "order across the groups, which pairs one group's collective with another's. Give "
+            "each its group from the Flight Recorder's dumps (with_groups_from_flight_records, "
+            "lesson 12)",
+            stacklevel=3,
+        )
 
 
 #: Point-to-point operations among the collectives' events: NCCL's send/receive kernels, the

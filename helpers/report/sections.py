@@ -209,9 +209,10 @@ def kinds_section(kinds: pd.DataFrame) -> Section:
     fig = Figure(figsize=(8, 0.9 + 0.25 * len(shown)))
     ax = fig.subplots()
     rows = range(len(shown))
-    for column in shown.columns:  # a dot per kind, not stacked bars: kinds overlap in time
+    # a dot per kind, not stacked bars: kinds overlap in time; a dot at 0 drawn whole
+    for column in shown.columns:
         kind = column[: -len(" (ms)")]
-        ax.plot(shown[column], rows, "o", label=kind, color=KIND_COLORS.get(kind), alpha=0.85)
+        ax.plot(shown[column], rows, "o", label=kind, color=KIND_COLORS.get(kind), alpha=0.85, clip_on=False)  # fmt: skip
     ax.set_yticks(list(rows), [str(r) for r in shown.index])
     ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.grid(axis="y", color="#eeeeee")

@@ -45,6 +45,7 @@ class TraceHeader:
     start_us: float = float("nan")
     end_us: float = float("nan")
     gpu_events_without_launch: int = 0  # GPU events whose CPU launch is not in the trace
+    process_groups: int | None = None  # groups of 2 ranks or more the rank is in (pg_config)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -87,7 +88,17 @@ def header_of(doc: Doc, path: Path, rank: int | None, single: bool) -> TraceHead
         backend=_scalar(info.get("backend"), str),
         run_id=_scalar(doc.run_id, str, int, float),
         base_time_ns=_base_time_ns(doc, path),
+        process_groups=_process_groups(info.get("pg_config")),
     )
+
+
+def _process_groups(config: Any) -> int | None:
+    """How many process groups of 2 ranks or more the rank is in, from its header's
+    ``pg_config`` (one entry per group the rank belongs to); None where the header has none."""
+    if not isinstance(config, list):
+        return None
+    sizes = [c.get("pg_size") for c in config if isinstance(c, dict)]
+    return sum(1 for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n >= 2)
 
 
 def describe(

@@ -239,6 +239,9 @@ def load_run(
             _cache.write(cache_file, run.events, run.headers, run.skipped)
     _check_expected(run.headers, expect_ranks, folder)
     check_one_run(run.headers, same_run)
+    groups = [h.process_groups for h in run.headers if h.process_groups is not None]
+    if groups:  # read by the matching of collectives (helpers.matched_collectives)
+        run.events.attrs["process_groups"] = max(groups)
     return run
 
 
