@@ -346,3 +346,33 @@ def test_a_dump_pytorch_writes_as_json_loads(tmp_path):
     records = load_flight_records(tmp_path)
     assert list(records["op"]) == ["gloo:all_reduce", "gloo:broadcast"]
     assert list(records["input_sizes"]) == ["[[8]]", "[[8]]"]
+
+
+SENDS_AND_AN_ALL_REDUCE = """
+import os
+os.environ["TORCH_FR_BUFFER_SIZE"] = "100"
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+x = torch.ones(4)
+if rank == 0:
+    dist.send(x, 1)
+else:
+    dist.recv(x, 0)
+dist.all_reduce(x)
+with open(os.path.join(os.environ["RUN_DIR"], f"fr_{rank}"), "wb") as f:
+    f.write(torch._C._distributed_c10d._dump_fr_trace_json())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_gloos_flight_recorder_records_no_send_or_receive(tmp_path, write_script):
+    # lesson 12, section 4, says so of torch 2.14: a send, a receive and an all-reduce, dumped
+    script = write_script("sends.py", SENDS_AND_AN_ALL_REDUCE)
+    run = launch(script, 2, traces_root=tmp_path, echo=False, timeout=120)
+    records = load_flight_records(run.run_dir)
+    assert records.groupby("rank")["op"].agg(list).to_dict() == {
+        0: ["gloo:all_reduce"],
+        1: ["gloo:all_reduce"],
+    }
