@@ -214,3 +214,12 @@ def test_the_report_names_the_slowed_stage_as_the_one_the_others_wait_for(pipeli
     section = build_report(pipeline_run).section("A pipeline's stages")
     assert "Rank 1 waits least" in section.text
     assert section.table["sends per step"].tolist() == [4, 8, 4]
+
+
+@pytest.mark.slow
+def test_a_pipeline_read_rank_by_rank_says_its_path_does_not_follow_the_receives(pipeline_run):
+    report = build_report(pipeline_run, whole_limit_mb=0)
+    assert report.read == "rank by rank"
+    assert (
+        "does not follow a receive" in report.section("What held the steps, what to fix first").text
+    )
