@@ -78,6 +78,16 @@ PIPELINE = {
 }  # fmt: skip
 
 
+#: Rank 0 sends at 510 and waits for it (510-560); rank 1 posts its receive only at 540, after
+#: its own work, and has the data at 555.
+LATE_RECEIVE = {
+    0: [step(0, 570), op("forward", 0, 500), op("c10d::send", 500, 10, **peer(1)),
+        op("gloo:send", 508, 52, cat="user_annotation")],
+    1: [step(0, 900), op("aten::mm", 0, 540), op("c10d::recv_", 540, 10, **peer(0)),
+        op("gloo:recv", 548, 7, cat="user_annotation"), op("forward", 560, 300)],
+}  # fmt: skip
+
+
 def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str | None) -> set:
     """The edges of ``dependency`` in the graph of a run whose rank r holds ``ranks[r]`` (only
     those into the lane ``into``, when given), each as ``(source, target, lag)`` with a node
@@ -116,9 +126,12 @@ BUILDERS = {
         PIPELINE, ("receive", None),
         {("r0 c10d::send.end", "r1 gloo:recv.end", 20), ("r1 c10d::recv_.start", "r1 gloo:recv.end", 20)},  # fmt: skip
     ),
-    "send: a send's wait that began before its data arrived ends likewise": (
-        PIPELINE, ("send", None),
-        {("r0 c10d::send.end", "r0 gloo:send.end", 25), ("r1 c10d::recv_.start", "r0 gloo:send.end", 25)},  # fmt: skip
+    "send: a send's wait that began before its receive was posted ends likewise": (
+        LATE_RECEIVE, ("send", None),
+        {("r0 c10d::send.end", "r0 gloo:send.end", 20), ("r1 c10d::recv_.start", "r0 gloo:send.end", 20)},  # fmt: skip
+    ),
+    "receive: a wait that began once both were issued held only the transfer": (
+        LATE_RECEIVE, ("receive", None), set(),
     ),
     "completion: a rank's step ends no sooner than the collective gloo's thread ran in it": (
         {0: [step(0, 1000), op("aten::mm", 0, 100), op("gloo:all_reduce", 100, 500, tid=GLOO, cat="user_annotation"),  # fmt: skip

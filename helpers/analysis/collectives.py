@@ -111,15 +111,16 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
 
 
 def _warn_across_groups(events: pd.DataFrame, matched: pd.DataFrame) -> None:
-    """Warn where the ranks are each in several process groups (their headers' ``pg_config``,
+    """Warn where the ranks are in several process groups (their headers' ``pg_config``,
     :func:`helpers.load_run`) and collectives that do not say their group were matched by
     name or size and order: across the groups, one group's collective can be paired with
     another's."""
     groups = events.attrs.get("process_groups") or 1
     blind = matched["process_group"].isna().to_numpy() & (matched["matched_by"].astype(str) != _MATCHED_BY["seq"]).to_numpy()  # fmt: skip
+    blind &= ~name_matches(matched, TRANSFER_RECORDS) & ~paired_by_guess(matched)  # no collective
     if groups > 1 and blind.any():
         warnings.warn(
-            f"the ranks are each in {groups} process groups (their traces' pg_config), and "
+            f"the ranks are in up to {groups} process groups each (their traces' pg_config), and "
             f"{int(blind.sum())} collectives do not say which: they were matched by name and "
             "order across the groups, which pairs one group's collective with another's. Give "
             "each its group from the Flight Recorder's dumps (with_groups_from_flight_records, "

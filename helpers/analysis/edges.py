@@ -142,9 +142,10 @@ def receive_edges(run: Ground, rows: np.ndarray) -> Built:
     receive (the start of its ``c10d::recv_``). The wait at the end of the receive's record
     (``gloo:recv``, cut to the wait by :func:`.point_to_point.waits_in_records`) ends when the
     later of the two had happened, plus the transfer: an edge from each, both with the measured
-    time from the later one to the wait's end. The wait at the end of the send's record ends
-    likewise where it began before the data had arrived (a wait that began later was not held
-    by the receiver: its own time)."""
+    time from the later one to the wait's end; the wait at the end of the send's record ends
+    likewise. Only a wait that began before both were issued is held so: one that began later
+    (an ``irecv`` waited for after other work, a send waited for at the end of the step) held
+    only the transfer, its own time."""
     arrays, pairs = run.arrays, run.lanes.pairs
     if pairs is None or pairs.empty:
         return Built(rows[:0], [])
@@ -159,11 +160,11 @@ def receive_edges(run: Ground, rows: np.ndarray) -> Built:
         if min(sent, posted, waits[0]) < 0:
             continue
         posted = _first_row(arrays, posted)
-        arrived = max(arrays.end[sent], arrays.start[posted])
+        # both issued (a send op can end after its data arrived: never later than the wait's end)
+        arrived = min(max(arrays.end[sent], arrays.start[posted]), arrays.end[waits[0]])
         for name, wait in zip(("receive", "send"), waits):
-            held = name == "receive" or arrays.start[wait] < arrays.end[waits[0]]
-            if wait < 0 or not may[wait] or not held:
-                continue
+            if wait < 0 or not may[wait] or arrays.start[wait] >= arrived:
+                continue  # a wait that began once both were issued held only the transfer
             source, target, lag = found[name]
             source += [2 * sent + 1, 2 * posted]
             target += [2 * wait + 1] * 2

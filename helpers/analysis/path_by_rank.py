@@ -9,6 +9,8 @@ the collective that stops it, and only its sum per kind and op is kept, a *chain
 each collective's last arrival (read from the collectives every rank keeps anyway), and gives the
 table :func:`helpers.path_summary` gives for a run loaded whole. No two ranks' events are held
 at once; a chain that starts before a step's window is counted in proportion to its part in it.
+Sends and receives are not followed yet: a rank read alone has no peer, so a receive's wait
+counts as its own rank's communication (the report says so of a run that sends and receives).
 """
 
 from __future__ import annotations

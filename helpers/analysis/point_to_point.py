@@ -3,8 +3,8 @@ its activations to the next, which sends the gradients back).
 
 A send on one rank and the receive on another that took its data carry the same pair of ranks
 and the same tag, and come in the same order: the i-th send from rank 0 to rank 1 with tag 0 is
-taken by the i-th receive on rank 1 from rank 0 with tag 0 (MPI's rule, which gloo and NCCL
-keep). The trace says the peer and the tag in the ``Concrete Inputs`` of ``c10d::send`` and
+taken by the i-th receive on rank 1 from rank 0 with tag 0 (MPI's rule, which gloo keeps;
+NCCL ignores tags and pairs by order alone). The trace says the peer and the tag in the ``Concrete Inputs`` of ``c10d::send`` and
 ``c10d::recv_`` when the profiler ran with ``record_shapes=True`` (the loader's ``peer`` and
 ``tag`` columns).
 
@@ -36,8 +36,8 @@ _COLUMNS = [
 
 
 def sends_and_receives(events: pd.DataFrame) -> pd.DataFrame:
-    """Each send paired with the receive that took its data, one row per pair, in the order of
-    the receives: ``sender, receiver, tag, index`` (the pair's place among the sends from
+    """Each send paired with the receive that took its data, one row per pair, in the order the
+    receives were posted: ``sender, receiver, tag, index`` (the pair's place among the sends from
     ``sender`` to ``receiver`` with that tag), ``step`` (the receiver's), ``send`` and
     ``receive`` (the row labels in ``events`` of the ``c10d::send`` and ``c10d::recv_`` ops),
     ``send_record`` and ``receive_record`` (the labels of their ``gloo:send`` and ``gloo:recv``
@@ -46,9 +46,11 @@ def sends_and_receives(events: pd.DataFrame) -> pd.DataFrame:
     posted: its op's start) and ``received_us`` (when a wait saw its data arrive: its record's
     end; NaN without a record).
 
-    Ranks are the peers' ranks in the ops' process group: in a job of several groups, pair
-    the ranks of one group. A trace whose sends and receives carry no peer (recorded without
-    ``record_shapes=True``) gives no pair and a warning that says what to record."""
+    Ranks are the peers' ranks in the ops' process group: in a job of several groups a warning
+    says the pairs may be wrong. A receive whose data came before its send began (a trace
+    that begins after some sends) is left out, with a warning. A trace whose sends and receives
+    carry no peer (recorded without ``record_shapes=True``) gives no pair and a warning that
+    says what to record."""
     ops = events[events["name"].isin([_SEND, _RECV]).to_numpy()]
     known = ops[ops["peer"].notna().to_numpy() & ops["tag"].notna().to_numpy()]
     if len(known) < len(ops):
@@ -60,8 +62,32 @@ def sends_and_receives(events: pd.DataFrame) -> pd.DataFrame:
     sends = _numbered(known[(known["name"] == _SEND).to_numpy()], "sender", "receiver")
     recvs = _numbered(known[(known["name"] == _RECV).to_numpy()], "receiver", "sender")
     pairs = recvs.merge(sends, on=["sender", "receiver", "tag", "index"], suffixes=("", "_s"))
+    if len(pairs) and (events.attrs.get("process_groups") or 1) > 1:
+        warnings.warn(
+            "the ranks are in several process groups, and a send's or a receive's peer is its "
+            "rank in the op's group: pairs of ops in a group other than the default one may be "
+            "wrong",
+            stacklevel=2,
+        )
     records = _records_of(events, pairs["label"].to_numpy())
+    received = np.where(records >= 0, events["end_us"].reindex(records).to_numpy(), np.nan)
+    impossible = received < pairs["start_us_s"].to_numpy()  # its data came before it was sent
+    if impossible.any():
+        warnings.warn(
+            f"{int(impossible.sum())} receives had their data before the send paired with them "
+            "began: a trace that begins after some sends (or a backend that ignores tags, as "
+            "NCCL does) shifts the pairs; they are left out. Profile every rank over the same "
+            "steps",
+            stacklevel=2,
+        )
+        pairs, records, received = pairs[~impossible], records[~impossible], received[~impossible]
     sent = _records_of(events, pairs["label_s"].to_numpy())
+    return _pair_table(pairs, sent, records, received)
+
+
+def _pair_table(pairs: pd.DataFrame, sent, records, received) -> pd.DataFrame:
+    """:func:`sends_and_receives`' table of the ``pairs`` merged from both sides, with the
+    labels of their records and when the receives had their data."""
     table = pd.DataFrame(
         {
             "sender": pairs["sender"].to_numpy(dtype=np.int64),
@@ -75,9 +101,7 @@ def sends_and_receives(events: pd.DataFrame) -> pd.DataFrame:
             "receive_record": records,
             "sent_us": pairs["end_us_s"].to_numpy(),
             "posted_us": pairs["start_us"].to_numpy(),
-            "received_us": np.where(
-                records >= 0, events["end_us"].reindex(records).to_numpy(), np.nan
-            ),
+            "received_us": received,
         }
     )
     return table.sort_values("posted_us", kind="stable", ignore_index=True)[_COLUMNS]
@@ -133,15 +157,15 @@ def waits_in_records(ev: pd.DataFrame) -> pd.DataFrame:
     is_record = name_matches(ev, TRANSFER_RECORDS)
     if not is_record.any():
         return ev
-    starts = ev["start_us"].to_numpy().copy()
-    lanes = ev["rank"].astype(str).to_numpy() + "|" + ev["lane"].astype(str).to_numpy()
-    for lane in np.unique(lanes[is_record]):
-        on_lane = lanes == lane
-        others = np.sort(ev["end_us"].to_numpy()[on_lane & ~is_record])
-        mine = np.flatnonzero(on_lane & is_record)
-        ends = ev["end_us"].to_numpy()[mine]
-        at = np.searchsorted(others, ends, side="left") - 1  # the last other end before it
-        last = np.where(at >= 0, others[np.maximum(at, 0)], -np.inf)
+    starts, ends = ev["start_us"].to_numpy().copy(), ev["end_us"].to_numpy()
+    with_records = set(ev.loc[is_record, ["rank", "lane"]].itertuples(index=False, name=None))
+    for key, at in ev.groupby(["rank", "lane"], observed=True).indices.items():
+        if key not in with_records:
+            continue
+        others = np.sort(ends[at[~is_record[at]]])
+        mine = at[is_record[at]]
+        before = np.searchsorted(others, ends[mine], side="left") - 1  # the last other end
+        last = np.where(before >= 0, others[np.maximum(before, 0)], -np.inf)
         starts[mine] = np.maximum(starts[mine], last)
     return ev.assign(start_us=starts, dur_us=ev["end_us"].to_numpy() - starts)
 
@@ -158,18 +182,18 @@ def stage_waits(events: pd.DataFrame) -> pd.DataFrame:
     run without them."""
     cut = waits_in_records(events[~events["kind"].isin(("step", "other")).to_numpy()])
     records = cut[name_matches(cut, TRANSFER_RECORDS)]
-    steps = events[(events["kind"] == "step").to_numpy()]
+    steps = events[(events["kind"] == "step").to_numpy()].dropna(subset=["step"])
+    bounds = steps.groupby(["rank", "step"]).agg(lo=("start_us", "min"), hi=("end_us", "max"))
+    ops = events[events["name"].isin([_SEND, _RECV]).to_numpy()].dropna(subset=["step"])
+    counts = ops.groupby(["rank", "step", "name"], observed=True).size()
     rows = []
     for (rank, step), mine in records.groupby(["rank", "step"], observed=True):
-        bounds = steps[(steps["rank"] == rank).to_numpy() & steps["step"].eq(step).fillna(False).to_numpy(bool)]  # fmt: skip
-        if bounds.empty:
+        if (rank, step) not in bounds.index:
             continue
-        lo, hi = float(bounds["start_us"].min()), float(bounds["end_us"].max())
+        lo, hi = bounds.loc[(rank, step)]
         starts, ends = merge_intervals(mine["start_us"].clip(lo, hi), mine["end_us"].clip(lo, hi))
-        waiting = float((ends - starts).sum()) / 1e3
-        ops = events[(events["rank"] == rank).to_numpy() & events["step"].eq(step).fillna(False).to_numpy(bool)]  # fmt: skip
-        step_ms = (hi - lo) / 1e3
-        rows.append((int(rank), int(step), step_ms, waiting, waiting / step_ms,
-                     int((ops["name"] == _SEND).sum()), int((ops["name"] == _RECV).sum())))  # fmt: skip
+        waiting, step_ms = float((ends - starts).sum()) / 1e3, (hi - lo) / 1e3
+        sends, receives = (int(counts.get((rank, step, n), 0)) for n in (_SEND, _RECV))
+        rows.append((int(rank), int(step), step_ms, waiting, waiting / step_ms, sends, receives))
     columns = ["rank", "step", "step_ms", "waiting_ms", "share", "sends", "receives"]
     return pd.DataFrame(rows, columns=columns)

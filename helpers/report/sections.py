@@ -316,15 +316,14 @@ def pipeline_section(events: pd.DataFrame) -> Section | None:
     """A pipeline's stages, from :func:`helpers.stage_waits`: per rank, the median step, the
     time it waited for the other stages and its sends and receives per step; the rank that
     waits least named where it waits less than half as long as the median rank (the others
-    wait for it). None for a run whose sends are not paired with receives."""
+    wait for it). None for a run whose sends are not paired with receives, or whose trace does
+    not record their waits (gloo's ``gloo:send`` and ``gloo:recv`` do)."""
     pairs = len(sends_and_receives(events))
-    if not pairs:
+    waits = stage_waits(events) if pairs else None
+    if waits is None or waits.empty:
         return None
-    table = (
-        stage_waits(events)
-        .groupby("rank")[["step_ms", "waiting_ms", "share", "sends", "receives"]]
-        .median()
-    )
+    columns = ["step_ms", "waiting_ms", "share", "sends", "receives"]
+    table = waits.groupby("rank")[columns].median()
     table["share"] = 100 * table["share"]
     least = int(table["share"].idxmin())
     if table["share"].min() < 0.5 * table["share"].median():
