@@ -13,16 +13,16 @@ step (target: within 15 %). Then the bubble of three stages of equal work, measu
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from repeated import run_cases  # noqa: E402
 
 from helpers import critical_path, load_run, stage_waits, step_times, what_if  # noqa: E402
 from helpers.jobs import launch  # noqa: E402
@@ -83,15 +83,7 @@ def bubbles(microbatches: list[int], root: Path, schedule: str = "gpipe") -> pd.
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each case")
-    args = parser.parse_args()
-    warnings.simplefilter("ignore")
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="pdp-pipeline-") as tmp:
-        for _ in range(args.repeats):
-            for name, case in CASES.items():
-                rows.append(measure(name, *case, Path(tmp)))
+    rows, repeats = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-pipeline-")
     table = pd.DataFrame(rows)
     medians = table.groupby("case", sort=False).median(numeric_only=True)
     medians["error of the medians %"] = (
@@ -103,7 +95,7 @@ def main() -> None:
     print(
         f"delay on the slowed stage's path, lowest: {table['delay on the path %'].min():.1f} % "
         f"(target: at least 80 %); what-if against the run without the delay (medians over "
-        f"{args.repeats} runs of each; the runs without it vary too): "
+        f"{repeats} runs of each; the runs without it vary too): "
         + ", ".join(f"{c} {e:.1f} %" for c, e in medians["error of the medians %"].items())
         + " (target: within 15 %)"
     )

@@ -16,16 +16,15 @@ per step. Both are compared with the second run's median step:
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
-import warnings
 from pathlib import Path
 
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from repeated import run_cases  # noqa: E402
 
 from helpers import load_run, step_times, what_if  # noqa: E402
 from helpers.jobs import launch  # noqa: E402
@@ -71,15 +70,7 @@ def measure(name: str, before: list[str], removed: tuple[int, str], after: list[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each case")
-    args = parser.parse_args()
-    warnings.simplefilter("ignore")
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="pdp-what-if-") as tmp:
-        for _ in range(args.repeats):
-            for name, (before, removed, after) in CASES.items():
-                rows.append(measure(name, before, removed, after, Path(tmp)))
+    rows, _ = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-what-if-")
     table = pd.DataFrame(rows).groupby("case", sort=False).median()
     with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         print(table.to_string())
