@@ -73,7 +73,8 @@ class Result:
 
 
 def _notebook(lesson: str) -> list[str]:
-    return [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+    # nbconvert's own module, not ``jupyter nbconvert``: that needs its script on the PATH
+    return [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute",
             "--ExecutePreprocessor.timeout=900", "--output-dir", str(OUT), f"notebooks/{lesson}"]  # fmt: skip
 
 
@@ -96,6 +97,13 @@ def _ddp(experiment: str, nproc: int, env: dict[str, str], shared_gpu: bool = Fa
     return [sys.executable, "-c", code]
 
 
+def _gpus_shown(gpus: int) -> dict[str, str]:
+    """The GPUs a rank must see: ``launch`` hides them from ranks it puts on the CPU (below
+    two GPUs), and these steps run on the GPU all the same."""
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(gpus))))
+    return {"CUDA_VISIBLE_DEVICES": shown}
+
+
 def plan(gpus: int) -> list[Step]:
     """The steps for a machine with ``gpus`` GPUs (none without one)."""
     if gpus < 1:
@@ -105,7 +113,7 @@ def plan(gpus: int) -> list[Step]:
         Step("lesson 2 on the GPU", _notebook("02_profiler_primer.ipynb")),
         Step(
             f"train_ddp.py, nccl, {gpus} rank(s), one per GPU",
-            _ddp("gpu-ddp-nccl", gpus, {"DIST_BACKEND": "nccl"}),
+            _ddp("gpu-ddp-nccl", gpus, {"DIST_BACKEND": "nccl", **_gpus_shown(gpus)}),
             traces="gpu-ddp-nccl",
         ),
     ]
@@ -113,7 +121,7 @@ def plan(gpus: int) -> list[Step]:
         steps.append(
             Step(
                 "train_ddp.py, gloo, 2 ranks sharing the GPU (CUDA tensors)",
-                _ddp("gpu-ddp-gloo-shared", 2, {}, shared_gpu=True),
+                _ddp("gpu-ddp-gloo-shared", 2, _gpus_shown(gpus), shared_gpu=True),
                 traces="gpu-ddp-gloo-shared",
             )
         )
@@ -237,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"   {'ok' if results[-1].ok else 'FAILED'} in {results[-1].seconds:.0f} s", flush=True
         )
-    REPORT.write_text(rehearsal_report(_machine(), results))
+        # after every step, so that a rehearsal cut short still leaves what it found
+        REPORT.write_text(rehearsal_report(_machine(), results))
     print(f"report: {show_path(REPORT)}")
     return 0 if all(r.ok for r in results) else 1
 

@@ -43,3 +43,16 @@ def test_a_missing_package_fails_with_its_name_and_points_to_recorded_mode(tmp_p
     assert done.returncode == 1
     assert "FAIL  packages               not installed: not-a-real-package" in done.stdout
     assert "NOT READY" in done.stdout and "make lab RECORDED=1" in done.stdout
+
+
+def test_a_missing_package_the_lessons_do_without_only_warns(tmp_path, monkeypatch):
+    from helpers import doctor as doctor_module
+
+    monkeypatch.setattr(doctor_module, "NOT_FOR_THE_LESSONS", {"not-a-real-tool"})
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("numpy==2.4.6\nnot-a-real-tool==1.0\n")
+
+    check = doctor_module._packages(requirements)
+
+    assert check.status == "WARN" and "for the tests, the site" in check.detail
+    assert "not-a-real-tool" in check.detail

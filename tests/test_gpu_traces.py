@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import REPO
 from helpers import (
     COLLECTIVE_NAMES,
     NCCL_KERNELS,
@@ -223,6 +224,13 @@ def test_nccl_spans_without_kernels_warn_that_they_only_queue_the_work(real_trac
     cpu_only = events[~events["cat"].astype(str).isin(GPU_WORK)]
     with pytest.warns(UserWarning, match="only queue the work"):
         collective_source(cpu_only)
+
+
+def test_nccl_spans_beside_other_kernels_warn_that_nccl_launched_none():
+    # the GPU rehearsal's H200 trace: a one-rank NCCL group, whose all-reduce launched no kernel
+    events = load_run(REPO / "tests" / "data" / "h200-streams", cache=False).events
+    with pytest.warns(UserWarning, match="NCCL launched none among its other GPU kernels"):
+        collective_source(events)
 
 
 def test_collectives_with_their_size_in_the_trace_are_matched_by_identity(real_traces):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import REPO, complete_event, trace_doc, write_doc
 from helpers import critical_path, what_if
+from helpers.analysis.edges import unmatched_stream_waits
 from helpers.analysis.graph import DEPENDENCIES, DEPENDENCY, Edges, Graph, retime
 from helpers.analysis.lanes import _flatten, lane_intervals
 from helpers.traces import load_run
@@ -401,3 +402,18 @@ def test_a_lanes_intervals_are_labelled_by_the_event_on_top_of_its_stack(spans, 
     frame = pd.DataFrame({"start_us": [s for s, _ in events], "end_us": [e for _, e in events]})
     got = _flatten(frame, frame.index[:0], float(begin), float(finish))
     assert list(zip(got["start_us"], got["end_us"], got["event"])) == _stacked(events, begin, finish)  # fmt: skip
+
+
+#: A real H200 trace of ours (torch 2.11.0+cu130, the GPU rehearsal's machine): one process, a
+#: matmul on a side stream that the default stream waits for (``wait_event``), with CUDA sync
+#: events recorded; torch records its CUDA events with ``cudaEventRecordWithFlags``, and every
+#: "Stream Wait Event" came out with ``wait_on_stream`` -1.
+H200_STREAMS = REPO / "tests" / "data" / "h200-streams"
+
+
+def test_stream_waits_that_do_not_say_what_they_waited_for_are_said_not_followed():
+    events = load_run(H200_STREAMS, cache=False).events
+    assert unmatched_stream_waits(events) == 6
+    with pytest.warns(UserWarning, match="6 of the 6 stream waits .* do not say which stream"):
+        path = critical_path(events)
+    assert (path["reason"] != "stream wait").all()

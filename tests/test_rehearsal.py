@@ -62,6 +62,26 @@ def test_the_nccl_run_asks_the_script_for_nccl_whatever_the_launcher_chose():
     assert step.env == {} and "'DIST_BACKEND': 'nccl'" in step.command[-1]
 
 
+def test_the_gpu_runs_of_a_one_gpu_machine_show_the_ranks_the_gpu_the_launcher_hides(monkeypatch):
+    # launch puts ranks on the CPU below two GPUs and hides the GPU from them
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    runs = [s for s in plan(1) if s.traces]
+    assert len(runs) == 2 and all("'CUDA_VISIBLE_DEVICES': '0'" in s.command[-1] for s in runs)
+
+
+def test_the_lessons_run_through_nbconvert_s_module_not_a_script_on_the_path():
+    lessons = [s for s in plan(1) if s.name.startswith("lesson")]
+    assert all(s.command[1:3] == ["-m", "nbconvert"] for s in lessons)
+
+
+@pytest.mark.filterwarnings("ignore:this trace has nccl")  # one rank: NCCL launched no kernel
+@pytest.mark.parametrize("run", ["gpu-ddp-nccl", "gpu-ddp-gloo-shared"])
+def test_every_check_passes_on_the_rehearsals_own_h200_runs(run):
+    (folder,) = (REPO / "recordings" / "gpu").glob(f"{run}-*")
+    checks = check_traces(folder / "files")
+    assert len(checks) >= 3 and all(ok for _, ok, _ in checks), checks
+
+
 def test_on_a_machine_without_a_gpu_it_says_so_in_one_line_and_exits_0(capsys):
     assert main(["--gpus", "0"]) == 0
     out = capsys.readouterr().out

@@ -174,6 +174,14 @@ def test_a_gpu_trace_recorded_without_sync_events_says_how_to_record_them(real_t
     assert ("enable_cuda_sync_events=True" in text) == said
 
 
+def test_a_queue_on_top_of_the_path_with_unmatched_stream_waits_says_it_may_be_a_wait():
+    # a real H200 trace whose stream waits the profiler left unmatched (tests/test_graph.py)
+    report = build_report(REPO / "tests" / "data" / "h200-streams")
+    held = report.section("What held the steps, what to fix first").text
+    assert "queue" in held and "6 stream waits in these traces do not say which stream" in held
+    assert "6 of the 6 stream waits" in report.section("What the traces cannot tell").text
+
+
 def test_a_gpu_report_decides_once_which_events_are_the_collectives(monkeypatch):
     import helpers.analysis.collectives as collectives
     import helpers.report.build as build

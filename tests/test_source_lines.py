@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import load_trace, time_by_source_line
+from conftest import REPO
+from helpers import load_run, load_trace, time_by_source_line
 
 
 def _frame(name, call_from, ts, dur):
@@ -47,3 +48,11 @@ def test_a_trace_without_stacks_says_to_record_with_stack(write, kineto, tmp_pat
     events = load_trace(write(tmp_path / "rank0.json", kineto(0))).events
     with pytest.raises(ValueError, match="with_stack=True"):
         time_by_source_line(events, "train.py")
+
+
+def test_traces_without_call_sites_say_which_torch_records_them():
+    # lesson 3's with_stack run recorded by the GPU rehearsal under torch 2.11: no CallFrom
+    (run,) = (REPO / "recordings" / "gpu").glob("ddp-stack-*")
+    events = load_run(run / "files", cache=False).events
+    with pytest.raises(ValueError, match="'CallFrom': torch 2.14.1 records it"):
+        time_by_source_line(events, "train_ddp.py")

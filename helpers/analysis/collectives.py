@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import event_names, name_matches
+from ..traces.kinds import GPU_WORK_KINDS, event_names, name_matches
 from .intervals import busy_ms_per_group, covered_us, merge_intervals
 from .point_to_point import TRANSFER_RECORDS
 
@@ -64,15 +64,20 @@ def collective_source(events: pd.DataFrame) -> CollectiveSource:
 
     NCCL kernels on the GPU when the trace has them (there an NCCL collective waits and
     moves data); otherwise the CPU spans ``gloo:*`` / ``nccl:*`` / ``mpi:*`` (gloo's are the
-    collective itself). A trace with ``nccl:*`` spans but no kernels was profiled without
-    CUDA activity: its spans measure only the queueing, and a warning says so."""
+    collective itself). A trace with ``nccl:*`` spans but no NCCL kernels was profiled without
+    CUDA activity, or NCCL launched none (a job of one rank): its spans measure only the
+    queueing, and a warning says so."""
     if name_matches(events, NCCL_KERNELS).any():
         return CollectiveSource(NCCL_KERNELS, "NCCL kernels on the GPU")
     if name_matches(events, r"^nccl:").any():
+        why = (
+            "NCCL launched none among its other GPU kernels (as on a job of one rank)"
+            if events["kind"].isin(GPU_WORK_KINDS).any()
+            else "profile with ProfilerActivity.CUDA to record the kernels"
+        )
         warnings.warn(
             "this trace has nccl:* spans but no NCCL kernels: the CPU spans only queue the "
-            "work, so waiting and transfer cannot be read from them. Profile with "
-            "ProfilerActivity.CUDA to record the kernels",
+            f"work, so waiting and transfer cannot be read from them. {why[0].upper()}{why[1:]}",
             stacklevel=3,
         )
     return CollectiveSource(COLLECTIVE_NAMES, "CPU spans (gloo:, nccl:, mpi:)")

@@ -26,6 +26,7 @@ from the end of the interval before it on its lane (``lane order``).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "receive_edges",
     "worker_edges",
     "stream_waits",
+    "unmatched_stream_waits",
     "completion_edges",
     "wake_edges",
 ]
@@ -258,6 +260,16 @@ def stream_waits(run: Ground, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     critical path reads them); none in a trace recorded without the sync events."""
     none = np.zeros(0, dtype=np.int64)
     syncs = run.syncs
+    unmatched, waits = unmatched_stream_waits(syncs), int((syncs["name"] == STREAM_WAIT).sum())
+    if unmatched:
+        warnings.warn(
+            f"{unmatched} of the {waits} stream waits in these traces (cuda_sync "
+            f'"{STREAM_WAIT}") do not say which stream\'s event they waited for (the '
+            "profiler left wait_on_stream at -1, as it did on torch 2.11 with CUDA 13, where "
+            "CUDA events are recorded with cudaEventRecordWithFlags): the critical path cannot "
+            "follow them, and the time a stream was held by one counts as its own queue",
+            stacklevel=2,
+        )
     syncs = syncs[
         syncs["stream"].notna().to_numpy()
         & syncs["wait_stream"].notna().to_numpy()
@@ -289,6 +301,17 @@ def stream_waits(run: Ground, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
             held.append(gap)
             waited.append(source)
     return np.asarray(held, dtype=np.int64), np.asarray(waited, dtype=np.int64)
+
+
+#: The name of a ``cuda_sync`` event of a GPU stream made to wait for a CUDA event.
+STREAM_WAIT = "Stream Wait Event"
+
+
+def unmatched_stream_waits(events: pd.DataFrame) -> int:
+    """How many of ``events``' stream waits (``cuda_sync`` "Stream Wait Event") do not say which
+    stream's event they waited for: the profiler could not match the event to its record."""
+    waits = (events["cat"] == "cuda_sync").to_numpy() & (events["name"] == STREAM_WAIT).to_numpy()
+    return int((waits & events["wait_stream"].isna().to_numpy()).sum())
 
 
 def _first_row(arrays: IntervalArrays, row: int) -> int:

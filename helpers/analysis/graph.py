@@ -165,6 +165,8 @@ def segment_kind(reason: str) -> str | None:
 
 
 _SEGMENT_KIND = {d.name: d.segment_kind for d in DEPENDENCIES}
+#: The kind of a worker lane's gap behind earlier work (a GPU stream's, gloo's thread's).
+QUEUE = _SEGMENT_KIND["queue"]
 
 
 def dependency_names(predicate) -> tuple[str, ...]:

@@ -88,6 +88,12 @@ def time_by_source_line(events: pd.DataFrame, script: str, kind: str = "compute"
             "no python_function events: record the trace with with_stack=True to see which "
             "lines of your code the ops came from"
         )
+    if python["call_from"].isna().all():
+        raise ValueError(
+            "the python_function events of these traces do not say where each call was made "
+            "(args 'CallFrom': torch 2.14.1 records it, torch 2.11 did not): record them with "
+            "the torch the series pins (make install)"
+        )
     prefix = script.rsplit("/", 1)[-1] + ":"
     calls = python[
         python["call_from"].astype(str).str.rsplit("/", n=1).str[-1].str.startswith(prefix)

@@ -9,7 +9,8 @@ import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
 from ..analysis.critical_path import path_of
-from ..analysis.graph import DEPENDENCIES, UNTRACED
+from ..analysis.edges import unmatched_stream_waits
+from ..analysis.graph import DEPENDENCIES, QUEUE, UNTRACED
 from ..analysis.lanes import Lanes, lane_intervals
 from ..analysis.point_to_point import TRANSFER_RECORDS
 from ..drawing import plot_critical_path
@@ -74,7 +75,8 @@ def held_section(
     long = _long(per_step)
     ops = path_summary(path[~path["step"].isin(long)], ["kind", "name"])
     text = [_most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next."]
-    text += _caveats(ops.iloc[0], sorted(int(r) for r in events["rank"].unique()), world)
+    ranks = sorted(int(r) for r in events["rank"].unique())
+    text += _caveats(ops.iloc[0], ranks, world, unmatched_stream_waits(events))
     text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
     text += _long_steps(per_step, path)
     text += _unmatched(events, names)
@@ -146,10 +148,17 @@ def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
     )
 
 
-def _caveats(top: pd.Series, ranks: list[int], world: int | None) -> list[str]:
+def _caveats(top: pd.Series, ranks: list[int], world: int | None, unmatched: int = 0) -> list[str]:
     """What the first row cannot say: an annotation's time with nothing recorded under it, a
-    path through a few of the job's ranks (``ranks``, those traced)."""
+    path through a few of the job's ranks (``ranks``, those traced), a GPU stream's queue in
+    traces whose stream waits do not say what they waited for (``unmatched`` of them)."""
     said = []
+    if top["kind"] == QUEUE and unmatched:
+        said.append(
+            f"Part of that queue may be a GPU stream waiting for another stream's work: {unmatched} "
+            "stream waits in these traces do not say which stream they waited for, so the path "
+            "cannot follow them (see what the traces cannot tell)."
+        )
     if top["kind"] == "annotation":
         said.append(
             f"`{_short(top['name'])}` is an annotation, and nothing the profiler recorded ran "
