@@ -5,7 +5,8 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
   :class:`FlightRecorderError`, naming it.
 - ``groups``: each process group's members compared with each other (:func:`group_members`,
   :func:`group_states`), and :func:`first_mismatch` (a :class:`Mismatch`): the disagreement that
-  started a hang, in a job of one group or of many.
+  started a hang, in a job of one group or of many, and :func:`wait_chains`, the hang followed
+  from group to group.
 - ``analyser``: :func:`analyse_with_pytorch`, PyTorch's analyser run on checked copies of the
   dumps, its findings read back (an :class:`AnalyserVerdict`).
 - ``trace_groups``: :func:`with_groups_from_flight_records`, each gloo collective of a trace
@@ -19,7 +20,14 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
 
 from .analyser import AnalyserVerdict, analyse_with_pytorch
 from .flight_recorder import FlightRecorderError, load_flight_records
-from .groups import Mismatch, first_mismatch, group_descriptions, group_members, group_states
+from .groups import (
+    Mismatch,
+    first_mismatch,
+    group_descriptions,
+    group_members,
+    group_states,
+    wait_chains,
+)
 from .stacks import lines_in_script, load_stack_dumps
 from .trace_groups import with_groups_from_flight_records
 
@@ -30,6 +38,7 @@ __all__ = [
     "group_members",
     "group_descriptions",
     "group_states",
+    "wait_chains",
     "with_groups_from_flight_records",
     "analyse_with_pytorch",
     "AnalyserVerdict",

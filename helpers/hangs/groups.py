@@ -13,7 +13,9 @@ the comparison.
   did not come, and whether those ranks are themselves stuck in another group;
 - :func:`first_mismatch`: the disagreement that started it (a :class:`Mismatch`): in a group
   whose missing rank is not waiting anywhere else. Ranks whose dump holds no entry at all (stuck
-  before their first collective, or with the Flight Recorder off) are named first.
+  before their first collective, or with the Flight Recorder off) are named first;
+- :func:`wait_chains`: the hang followed from group to group, one sentence per group that
+  disagrees: who waits there, for whom, and where those ranks are.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-__all__ = ["group_members", "group_descriptions", "group_states", "Mismatch", "first_mismatch"]
+__all__ = [
+    "group_members",
+    "group_descriptions",
+    "group_states",
+    "Mismatch",
+    "first_mismatch",
+    "wait_chains",
+]
 
 DEFAULT_GROUP = "default_pg"  # the description torch gives the group of init_process_group
 
@@ -234,7 +243,8 @@ class Mismatch:
     ``calls``: what each member called there (``None`` where it called nothing);
     ``culprits``: the ranks that differ from the others (ranks with an empty dump first);
     ``group``, ``desc``: the process group's name and description (``"0"``, ``"default_pg"``);
-    ``empty_dumps``: ranks whose dump holds no entry at all.
+    ``empty_dumps``: ranks whose dump holds no entry at all; ``no_dumps``: ranks of the job that
+    left no dump (killed, or dead before they could write one).
     """
 
     seq: int
@@ -244,17 +254,21 @@ class Mismatch:
     group: str | None = None
     desc: str = ""
     empty_dumps: list[int] = field(default_factory=list)
+    no_dumps: list[int] = field(default_factory=list)
 
     def __str__(self) -> str:
         said = "; ".join(f"rank {r}: {c or 'nothing'}" for r, c in self.calls.items())
         where = f"collective {self.seq}: {self.kind} ({said})"
         if self.group is not None and self.desc != DEFAULT_GROUP:
             where = f"group {self.group} ({self.desc or 'no description'}), {where}"
-        empty = (
-            f"rank(s) {self.empty_dumps} left an empty dump (no collective recorded); "
-            if self.empty_dumps
-            else ""
-        )
+        empty = "".join(
+            f"rank(s) {ranks} left {what}; "
+            for ranks, what in [
+                (self.no_dumps, "no dump (killed, or dead before it could write one)"),
+                ([r for r in self.empty_dumps if r not in self.no_dumps], "an empty dump (no collective recorded)"),
+            ]
+            if ranks
+        )  # fmt: skip
         if self.group is None:
             return empty.rstrip("; ")
         return f"{empty}{where}; differs on rank(s) {self.culprits}"
@@ -273,14 +287,92 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
     """
     job = _job_ranks(records, ranks)
     empty = sorted(set(job) - set(records["rank"].unique().tolist()))
+    gone = sorted(set(job) - set(records.attrs.get("ranks") or job))
     states = group_states(records, job)
     bad = states[~states["state"].isin(["healthy", "members unknown"])].sort_values(
         ["root", "order", "since_ms"], ascending=[False, True, True]
     )
     if bad.empty:
-        return Mismatch(0, "empty dump", {}, empty, empty_dumps=empty) if empty else None
+        return Mismatch(0, "empty dump", {}, empty, empty_dumps=empty, no_dumps=gone) if empty else None  # fmt: skip
     top = bad.iloc[0]
     culprits = empty + [r for r in top["culprits"] if r not in empty]
     return Mismatch(
-        int(top["seq"]), top["state"], top["calls"], culprits, top["group"], top["desc"], empty
+        int(top["seq"]),
+        top["state"],
+        top["calls"],
+        culprits,
+        top["group"],
+        top["desc"],
+        empty,
+        gone,
     )
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``[0, 1, 5]`` as "ranks 0, 1 and 5"; ``[4]`` as "rank 4"."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+
+
+def _where_rank_is(rank: int, last: dict, waits: dict, no_dump: set, empty: set, desc: dict) -> str:
+    """Where a rank that others wait for is, as the clause after its number."""
+    if rank in no_dump:
+        return "which left no dump (killed, or dead before it could write one)"
+    if rank in empty:
+        return "whose dump is empty (stuck before its first collective)"
+    if waits.get(rank):
+        group, seq, op = last[rank]
+        return f"which waits in group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
+    return "which never joined it"
+
+
+def _plural(clause: str, ranks: int) -> str:
+    """A clause of :func:`_where_rank_is` said of several ranks."""
+    if ranks == 1:
+        return clause
+    return clause.replace("which waits", "which wait").replace("whose dump is", "whose dumps are")
+
+
+def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[str]:
+    """The hang followed across groups, one sentence per collective that ranks wait in.
+
+    Each rank is taken to wait in its last collective (:func:`load_flight_records`' rows, sends
+    and receives left out), for the members of that collective's group that never issued it. A
+    rank waited for may itself wait in another group's collective: the sentence says which, and
+    the chain goes on there; it ends at ranks that are in no collective ("which never joined
+    it"), that left no dump, or an empty one (``ranks``: the job's ranks, default: every rank with
+    a dump). The collectives where it ends come first: "ranks 0, 1 and 5 wait in group 5 (ep)'s
+    all_to_all #2 for rank 4, which never joined it"; then "ranks 3 and 7 wait in group 8 (dp)'s
+    all_reduce #2 for ranks 1 and 5, which wait in group 5 (ep)'s all_to_all #2". Several
+    independent roots each have their sentence. An empty list: nobody waits for anybody."""
+    job = _job_ranks(records, ranks)
+    with_dump = set(records.attrs.get("ranks") or records["rank"].unique().tolist())
+    no_dump, empty = set(job) - with_dump, with_dump - set(records["rank"].unique().tolist())
+    calls = _calls(records).sort_values("created_ns", kind="stable")
+    members, desc = group_members(records, job), group_descriptions(records)
+    issued = set(zip(calls["rank"], calls["group"], calls["seq"]))
+    last = {
+        int(r.rank): (r.group, int(r.seq), r.op.split(":")[-1])
+        for r in calls.groupby("rank").tail(1).itertuples()
+    }
+    waits = {
+        rank: [m for m in members.get(g, []) if (m, g, s) not in issued]
+        for rank, (g, s, _) in last.items()
+    }
+    stuck: dict[tuple, list[int]] = {}
+    for rank, missing in waits.items():
+        if missing:
+            stuck.setdefault(last[rank], []).append(rank)
+    said = []
+    for (group, seq, op), waiting in stuck.items():
+        missing = waits[waiting[0]]
+        clauses: dict[str, list[int]] = {}
+        for rank in missing:
+            clauses.setdefault(_where_rank_is(rank, last, waits, no_dump, empty, desc), []).append(rank)  # fmt: skip
+        whom = " and ".join(f"{_ranks(rs)}, {_plural(clause, len(rs))}" for clause, rs in clauses.items())  # fmt: skip
+        verb = "waits" if len(waiting) == 1 else "wait"
+        where = f"group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
+        ends = any(not waits.get(r) for r in missing)
+        said.append((not ends, f"{_ranks(sorted(waiting))} {verb} in {where} for {whom}"))
+    return [sentence for _, sentence in sorted(said, key=lambda x: x[0])]

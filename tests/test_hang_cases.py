@@ -1,0 +1,141 @@
+"""Hangs across process groups: the rank that hung the job is named, and the wait is followed
+from group to group to it.
+
+The cases are real: 24 runs of ``benchmarks/hang_job.py`` on gloo (4 or 8 ranks; tensor, expert
+and data parallel groups side by side), each with one rank stalled or killed before a collective
+drawn at random (``benchmarks/hang_cases.py --seed 49``), their Flight Recorder dumps kept in
+``tests/data/hang-cases/<case>/`` with ``case.json`` (what was drawn). The chains' rules are also
+checked on small dumps written here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from helpers import first_mismatch, load_flight_records, wait_chains
+
+CASES = sorted((REPO / "tests" / "data" / "hang-cases").glob("*/case.json"))
+
+
+def _case_id(path: Path) -> str:
+    c = json.loads(path.read_text())
+    return f"{path.parent.name}: {c['world']} ranks, rank {c['rank']} {c['fault']}s before step {c['step']}'s {c['at']}"  # fmt: skip
+
+
+def kept(path: Path) -> tuple[dict, object]:
+    """What was drawn, and the dumps (a killed rank left none: the job's ranks say so)."""
+    return json.loads(path.read_text()), load_flight_records(path.parent)
+
+
+def test_the_cases_are_at_least_20_with_stalls_and_kills_in_every_kind_of_group():
+    drawn = [json.loads(p.read_text()) for p in CASES]
+    assert len(drawn) >= 20
+    assert {c["fault"] for c in drawn} == {"stall", "kill"}
+    assert {c["at"] for c in drawn} == {"tp", "ep", "dp"} and {c["world"] for c in drawn} == {4, 8}
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_the_first_mismatch_names_the_rank_that_hung_the_job_and_no_other(case):
+    drawn, records = kept(case)
+    mismatch = first_mismatch(records, ranks=list(range(drawn["world"])))
+    assert mismatch.culprits == [drawn["rank"]], str(mismatch)
+    assert ("left no dump" in str(mismatch)) == (drawn["fault"] == "kill")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_every_chain_ends_at_the_rank_that_hung_the_job(case):
+    drawn, records = kept(case)
+    chains = wait_chains(records, ranks=list(range(drawn["world"])))
+    # a rank stalled before its first collective left an empty dump; a killed one, none
+    ends = {"stall": ("which never joined it", "whose dump is empty"), "kill": ("which left no dump",)}  # fmt: skip
+    mine = ends[drawn["fault"]]
+    assert any(f"rank {drawn['rank']}, {end}" in chains[0] for end in mine), chains
+    every_end = [end for c in chains for end in (*ends["stall"], *ends["kill"]) if end in c]
+    assert set(every_end) <= set(mine), chains
+    assert all(f"rank {drawn['rank']}, " in c for c in chains if any(e in c for e in mine)), chains
+
+
+# ------------------------------------------------------------ small dumps written here
+
+
+def write_dumps(folder: Path, groups: dict[str, tuple[str, list[int]]], calls: dict) -> Path:
+    """One JSON dump per rank of ``calls`` (``{rank: [(group, seq), ...]}``, in the order issued;
+    an empty list: an empty dump), every group listed with its ranks in ``pg_config``."""
+    config = {g: {"name": g, "desc": d, "ranks": str(r)} for g, (d, r) in groups.items()}
+    for rank, issued in calls.items():
+        entries = [
+            {
+                "collective_seq_id": seq,
+                "profiling_name": f"gloo:{'all_to_all' if groups[g][0] == 'ep' else 'all_reduce'}",  # fmt: skip
+                "process_group": [g, groups[g][0]],
+                "input_sizes": [[16]],
+                "is_p2p": False,
+                "time_created_ns": 1_000_000 * (i + 1),
+            }  # fmt: skip
+            for i, (g, seq) in enumerate(issued)
+        ]
+        dump = {"version": "2.10", "pg_config": config}  # as gloo writes them; no entries: empty
+        dump.update({"entries": entries} if entries else {})
+        (folder / f"fr_{rank}").write_text(json.dumps(dump))
+    return folder
+
+
+CHAINS = {
+    "a two-group chain": (
+        {"1": ("ep", [0, 1]), "2": ("tp", [1, 2]), "3": ("dp", [0, 3])},
+        {0: [("3", 1)], 1: [("2", 1), ("1", 1)], 2: [("2", 1), ("2", 2)], 3: [("3", 1)]},
+        [
+            "rank 1 waits in group 1 (ep)'s all_to_all #1 for rank 0, which never joined it",
+            "rank 2 waits in group 2 (tp)'s all_reduce #2 for rank 1, which waits in group 1 "
+            "(ep)'s all_to_all #1",
+        ],
+    ),
+    "two independent roots": (
+        {"1": ("tp", [0, 1]), "2": ("tp", [2, 3])},
+        {0: [("1", 1), ("1", 2)], 1: [("1", 1)], 2: [("2", 1), ("2", 2)], 3: [("2", 1)]},
+        [
+            "rank 0 waits in group 1 (tp)'s all_reduce #2 for rank 1, which never joined it",
+            "rank 2 waits in group 2 (tp)'s all_reduce #2 for rank 3, which never joined it",
+        ],
+    ),
+    "an empty dump in the chain": (
+        {"1": ("tp", [0, 1]), "2": ("dp", [0, 2])},
+        {0: [("1", 1)], 1: [], 2: [("2", 1)]},
+        [
+            "rank 0 waits in group 1 (tp)'s all_reduce #1 for rank 1, whose dump is empty "
+            "(stuck before its first collective)",
+            "rank 2 waits in group 2 (dp)'s all_reduce #1 for rank 0, which waits in group 1 "
+            "(tp)'s all_reduce #1",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("groups, calls, said", CHAINS.values(), ids=CHAINS.keys())
+def test_the_wait_is_followed_from_group_to_group_to_where_it_ends(tmp_path, groups, calls, said):
+    records = load_flight_records(write_dumps(tmp_path, groups, calls))
+    assert wait_chains(records) == said
+
+
+def test_a_job_where_nobody_waits_has_no_chain(tmp_path):
+    groups = {"1": ("tp", [0, 1])}
+    records = load_flight_records(write_dumps(tmp_path, groups, {0: [("1", 1)], 1: [("1", 1)]}))
+    assert wait_chains(records) == []
+
+
+@pytest.mark.slow
+def test_a_fresh_run_of_the_job_is_named_and_followed_as_the_kept_ones(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from hang_cases import run_case
+
+    drawn = {"world": 4, "fault": "stall", "rank": 1, "step": 2, "at": "ep"}
+    run_case(drawn, tmp_path / "case", tmp_path / "runs")
+    drawn_back, records = kept(tmp_path / "case" / "case.json")
+    assert drawn_back == drawn
+    assert first_mismatch(records).culprits == [1]
+    assert "for rank 1, which never joined it" in wait_chains(records)[0]
