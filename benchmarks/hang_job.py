@@ -10,6 +10,7 @@ all_to_all in ep, an all_reduce in dp.
 --fault stall  rank --fault-rank stops before its --fault-at collective of step --fault-step
                (it sleeps, as if gone elsewhere), then dumps when it is stopped
 --fault kill   it dies there instead (SIGKILL): it leaves no dump at all
+--profile      each rank writes its trace of step 1 to RUN_DIR/rank<rank>_trace.json
 """
 
 import argparse
@@ -21,6 +22,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, schedule
 
 GROUPS = {
     4: {"tp": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]], "ep": [[0, 3], [1, 2]]},
@@ -39,6 +41,7 @@ parser.add_argument("--fault-step", type=int, required=True)
 parser.add_argument("--fault-at", choices=ORDER, required=True)
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--timeout-s", type=float, default=5)
+parser.add_argument("--profile", action="store_true")
 args = parser.parse_args()
 RUN_DIR = os.environ.get("RUN_DIR", ".")
 
@@ -78,8 +81,18 @@ def collective(desc):
 
 
 signal.signal(signal.SIGTERM, stopped)
+profiler = profile(
+    activities=[ProfilerActivity.CPU],
+    schedule=schedule(wait=0, warmup=0, active=1, repeat=1),
+    on_trace_ready=lambda p: p.export_chrome_trace(f"{RUN_DIR}/rank{rank}_trace.json"),
+)
+if args.profile:
+    profiler.start()
 try:
     for step in range(1, args.steps + 1):
+        if args.profile and step == 2:
+            profiler.step()  # step 1's trace is written
+            profiler.stop()
         for desc in ORDER:
             if (rank, step, desc) == (args.fault_rank, args.fault_step, args.fault_at):
                 if args.fault == "kill":

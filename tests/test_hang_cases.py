@@ -122,6 +122,18 @@ def test_the_wait_is_followed_from_group_to_group_to_where_it_ends(tmp_path, gro
     assert wait_chains(records) == said
 
 
+def test_ranks_that_called_different_collectives_each_wait_for_the_other_first():
+    # lesson 12's mesh_job.py --bug different: rank 3 broadcasts where rank 2 all-reduces
+    chains = wait_chains(load_flight_records(REPO / "tests" / "data" / "mesh-hang" / "different"))
+    assert chains[:2] == [
+        "rank 3 waits in group 2 (tp)'s broadcast #3 for rank 2, which called gloo:all_reduce "
+        "[[64, 8]] there",
+        "rank 2 waits in group 2 (tp)'s all_reduce #3 for rank 3, which called gloo:broadcast "
+        "[[64, 8]] there",
+    ]
+    assert all("which waits in group 2 (tp)" in c for c in chains[2:])
+
+
 def test_a_job_where_nobody_waits_has_no_chain(tmp_path):
     groups = {"1": ("tp", [0, 1])}
     records = load_flight_records(write_dumps(tmp_path, groups, {0: [("1", 1)], 1: [("1", 1)]}))

@@ -182,6 +182,23 @@ def test_a_queue_on_top_of_the_path_with_unmatched_stream_waits_says_it_may_be_a
     assert "6 of the 6 stream waits" in report.section("What the traces cannot tell").text
 
 
+def test_a_hang_in_the_dumps_beside_the_traces_comes_first_with_its_rank_and_its_chain():
+    # rank 1 stalled before step 2's expert-parallel all_to_all (tests/data/hang-with-traces)
+    report = build_report(REPO / "tests" / "data" / "hang-with-traces")
+    assert report.sections[0].title == "The hang, from the Flight Recorder"
+    hang = report.sections[0].text
+    assert "group 4 (ep), collective 2: missing" in hang and "differs on rank(s) [1]" in hang
+    assert (
+        "- rank 2 waits in group 4 (ep)'s all_to_all #2 for rank 1, which never joined it." in hang
+    )
+    assert "for rank 2, which waits in group 4 (ep)'s all_to_all #2." in hang
+
+
+def test_dumps_of_a_job_that_did_not_hang_add_no_hang_section():
+    titles = [s.title for s in build_report(REPO / "tests" / "data" / "mesh-straggler").sections]
+    assert "The hang, from the Flight Recorder" not in titles
+
+
 def test_a_gpu_report_decides_once_which_events_are_the_collectives(monkeypatch):
     import helpers.analysis.collectives as collectives
     import helpers.report.build as build

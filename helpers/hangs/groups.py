@@ -315,14 +315,19 @@ def _ranks(ranks: list[int]) -> str:
     return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
 
 
-def _where_rank_is(rank: int, last: dict, waits: dict, no_dump: set, empty: set, desc: dict) -> str:
-    """Where a rank that others wait for is, as the clause after its number."""
+def _where_rank_is(rank: int, at: tuple, seen: dict, waits: dict, gone: tuple, desc: dict) -> str:
+    """Where a rank that others wait for at ``at`` (group, sequence number) is, as the clause
+    after its number (``seen``: what each rank called where; ``gone``: the ranks that left no
+    dump, and those whose dump is empty)."""
+    no_dump, empty = gone
     if rank in no_dump:
         return "which left no dump (killed, or dead before it could write one)"
     if rank in empty:
         return "whose dump is empty (stuck before its first collective)"
+    if (rank, *at) in seen:
+        return f"which called {seen[(rank, *at)]} there"
     if waits.get(rank):
-        group, seq, op = last[rank]
+        group, seq, op = waits[rank][0]
         return f"which waits in group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
     return "which never joined it"
 
@@ -348,31 +353,27 @@ def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[s
     independent roots each have their sentence. An empty list: nobody waits for anybody."""
     job = _job_ranks(records, ranks)
     with_dump = set(records.attrs.get("ranks") or records["rank"].unique().tolist())
-    no_dump, empty = set(job) - with_dump, with_dump - set(records["rank"].unique().tolist())
+    gone = (set(job) - with_dump, with_dump - set(records["rank"].unique().tolist()))
     calls = _calls(records).sort_values("created_ns", kind="stable")
     members, desc = group_members(records, job), group_descriptions(records)
-    issued = set(zip(calls["rank"], calls["group"], calls["seq"]))
-    last = {
-        int(r.rank): (r.group, int(r.seq), r.op.split(":")[-1])
-        for r in calls.groupby("rank").tail(1).itertuples()
-    }
-    waits = {
-        rank: [m for m in members.get(g, []) if (m, g, s) not in issued]
-        for rank, (g, s, _) in last.items()
-    }
-    stuck: dict[tuple, list[int]] = {}
-    for rank, missing in waits.items():
+    seen = dict(zip(zip(calls["rank"], calls["group"], calls["seq"]), calls["call"]))
+    waits = {}  # rank -> (where it waits: group, seq, op; the members that did not call it)
+    for r in calls.groupby("rank").tail(1).itertuples():
+        missing = [m for m in members.get(r.group, []) if seen.get((m, r.group, r.seq)) != r.call]
         if missing:
-            stuck.setdefault(last[rank], []).append(rank)
+            waits[int(r.rank)] = ((r.group, int(r.seq), r.op.split(":")[-1]), missing)
+    stuck: dict[tuple, list[int]] = {}
+    for rank, (where, missing) in waits.items():
+        stuck.setdefault((where, tuple(missing)), []).append(rank)
     said = []
-    for (group, seq, op), waiting in stuck.items():
-        missing = waits[waiting[0]]
+    for ((group, seq, op), missing), waiting in stuck.items():
         clauses: dict[str, list[int]] = {}
         for rank in missing:
-            clauses.setdefault(_where_rank_is(rank, last, waits, no_dump, empty, desc), []).append(rank)  # fmt: skip
+            clause = _where_rank_is(rank, (group, seq), seen, waits, gone, desc)
+            clauses.setdefault(clause, []).append(rank)
         whom = " and ".join(f"{_ranks(rs)}, {_plural(clause, len(rs))}" for clause, rs in clauses.items())  # fmt: skip
         verb = "waits" if len(waiting) == 1 else "wait"
         where = f"group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
-        ends = any(not waits.get(r) for r in missing)
+        ends = any(not clause.startswith("which waits") for clause in clauses)
         said.append((not ends, f"{_ranks(sorted(waiting))} {verb} in {where} for {whom}"))
     return [sentence for _, sentence in sorted(said, key=lambda x: x[0])]

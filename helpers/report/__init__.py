@@ -6,15 +6,17 @@ embedded, that opens offline. In Python:
 
 - :func:`build_report` reads the traces (whole, or one rank at a time when they are too large to
   load whole) and returns a :class:`Report`: the job at a glance, then sections in the order to
-  read them (what held the steps and what to fix first; what the traces cannot tell; step time;
-  waiting and the straggler; time per kind; the GPU; a sharded job's phases). A section shows
-  itself in a notebook.
+  read them (the hang, when Flight Recorder dumps beside the traces show one; what held the
+  steps and what to fix first; what the traces cannot tell; step time; waiting and the
+  straggler; time per kind; the GPU; a sharded job's phases). A section shows itself in a
+  notebook.
 - :func:`write_report` writes it as HTML; :func:`report_html` gives the HTML.
 - :class:`ReportError`: bad input, said with the file and what to do.
 
 Modules: ``build`` (reading the traces), ``held`` (the first section: the critical path, what
 to fix first and a what-if, stalls and unmatched collectives), ``sections`` (the other parts),
-``cautions`` (what the traces cannot tell), ``html`` (the page), ``__main__`` (the command).
+``cautions`` (what the traces cannot tell), ``flight`` (what Flight Recorder dumps beside the
+traces add: gloo's process groups, and the hang), ``html`` (the page), ``__main__`` (the command).
 """
 
 from __future__ import annotations

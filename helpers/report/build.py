@@ -25,7 +25,6 @@ from ..analysis import (
     time_per_kind,
     waiting_per_group,
 )
-from ..hangs import FlightRecorderError, load_flight_records, with_groups_from_flight_records
 from ..jobs.runs import show_path
 from ..traces import (
     DifferentRuns,
@@ -39,6 +38,7 @@ from ..traces import (
 )
 from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks, stream_waits_unseen
+from .flight import HANG, hang_section, with_groups_from_dumps
 from .held import HELD, held_section_of
 from .sections import (
     PIPELINE_TITLE,
@@ -221,7 +221,7 @@ def _read_whole(
         run = load_run(ranks, strict=not skip_bad, progress=progress, cache=False)
         events, headers, skipped = run.events, run.headers, run.skipped
         merged = merge_traces(run, merged) if merged is not None else None
-        events = _with_groups_from_dumps(events, {Path(h.path).parent for h in headers})
+        events = with_groups_from_dumps(events, {Path(h.path).parent for h in headers})
     return _Read(
         events,
         time_per_kind(events),
@@ -230,23 +230,6 @@ def _read_whole(
         read=sorted({Path(h.path) for h in headers}),
         merged=merged,
     )
-
-
-def _with_groups_from_dumps(events: pd.DataFrame, folders: set[Path]) -> pd.DataFrame:
-    """``events`` with each gloo collective's process group taken from the Flight Recorder
-    dumps beside the traces (``fr_<rank>``, one folder), when there are some: gloo's traces do
-    not name the group. Unchanged without dumps, or with dumps that cannot be read (a note
-    says why)."""
-    gloo = events["name"].astype(str).str.startswith("gloo:") & events["seq"].isna()
-    if len(folders) != 1 or not gloo.any():
-        return events
-    try:
-        records = load_flight_records(next(iter(folders)))
-    except FlightRecorderError as err:
-        if "no Flight Recorder dumps" not in err.problem:
-            warnings.warn(f"the Flight Recorder dumps were left out: {err}", stacklevel=2)
-        return events
-    return with_groups_from_flight_records(events, records)
 
 
 def _read_rank_by_rank(
@@ -301,6 +284,8 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
     missing = len(missing_ranks(ranks, read.world))
     said = {title for title, _ in failed}  # sections whose figures could not be read
     sections: list[Section | None] = []
+    folders = {f.parent for f in read.read}
+    sections.append(_guarded(HANG, failed, hang_section, folders, read.world))
     if critical and has_steps and STEP_TITLE not in said:
         sections.append(_guarded(HELD, failed, held_section_of, events, read.summary, times, names, read.world))  # fmt: skip
     if STEP_TITLE not in said:
@@ -319,7 +304,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
         ranks=ranks,
         world_size=read.world,
         has_steps=has_steps,
-        folders=len({f.parent for f in read.read}),
+        folders=len(folders),
         gpu_without_launch=read.gpu_without_launch,
         skipped=[(show_path(p), why) for p, why in read.skipped],
         notes=_notes(caught),
@@ -331,9 +316,9 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
     )
     caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
     written = [s for s in sections if s is not None]
-    held = [s for s in written if s.title == HELD]
-    rest = [s for s in written if s.title != HELD]
-    return Report(source, glance, [*held, caution, *rest], facts.skipped, mode, ranks, read.merged, facts.failed)  # fmt: skip
+    first = [s for s in written if s.title in (HANG, HELD)]
+    rest = [s for s in written if s.title not in (HANG, HELD)]
+    return Report(source, glance, [*first, caution, *rest], facts.skipped, mode, ranks, read.merged, facts.failed)  # fmt: skip
 
 
 def _guarded(title: str, failed: list[tuple[str, str]], make: Callable[..., T], *args, **kwargs) -> T | None:  # fmt: skip

@@ -1,0 +1,70 @@
+"""What the Flight Recorder's dumps beside the traces add to the report: each gloo collective's
+process group (gloo's traces do not name it), and, when the job hung, the section that says
+where and why (:func:`hang_section`)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from ..hangs import (
+    FlightRecorderError,
+    first_mismatch,
+    load_flight_records,
+    wait_chains,
+    with_groups_from_flight_records,
+)
+from .sections import Section
+
+__all__ = ["HANG", "records_beside", "with_groups_from_dumps", "hang_section"]
+
+HANG = "The hang, from the Flight Recorder"
+
+
+def records_beside(folders: set[Path], warn: bool = False) -> pd.DataFrame | None:
+    """The Flight Recorder's records of the dumps (``fr_<rank>``) in the traces' one folder;
+    None without dumps, with several folders, or with dumps that cannot be read (with ``warn``,
+    a note says why)."""
+    if len(folders) != 1:
+        return None
+    try:
+        return load_flight_records(next(iter(folders)))
+    except FlightRecorderError as err:
+        if warn and "no Flight Recorder dumps" not in err.problem:
+            warnings.warn(f"the Flight Recorder dumps were left out: {err}", stacklevel=3)
+        return None
+
+
+def with_groups_from_dumps(events: pd.DataFrame, folders: set[Path]) -> pd.DataFrame:
+    """``events`` with each gloo collective's process group taken from the dumps beside the
+    traces, when there are some (:func:`records_beside`). Unchanged without them."""
+    gloo = events["name"].astype(str).str.startswith("gloo:") & events["seq"].isna()
+    if not gloo.any():
+        return events
+    records = records_beside(folders, warn=True)
+    return events if records is None else with_groups_from_flight_records(events, records)
+
+
+def hang_section(folders: set[Path], world: int | None) -> Section | None:
+    """The hang the dumps beside the traces show, or None when their groups all agree (or there
+    are none): the disagreement that started it (:func:`helpers.first_mismatch`), then each
+    wait followed from group to group (:func:`helpers.wait_chains`). ``world``: the job's size,
+    so that a rank that left no dump is named."""
+    records = records_beside(folders)
+    if records is None:
+        return None
+    ranks = list(range(world)) if world else None
+    mismatch = first_mismatch(records, ranks)
+    if mismatch is None:
+        return None
+    chains = wait_chains(records, ranks)
+    text = [
+        f"The Flight Recorder's dumps beside the traces ({len(records.attrs['ranks'])} ranks) show "
+        f"a hang (lesson 12). It started at {mismatch}: look there first.",
+        "The waits, followed from group to group (a rank missing from one group's collective "
+        "because it waits in another's is a waiter, not the cause):",
+        *(f"- {chain}." for chain in chains),
+    ]
+    return Section(HANG, "\n".join(text))
