@@ -64,21 +64,19 @@ def test_every_chain_ends_at_the_rank_that_hung_the_job(case):
 
 
 def write_dumps(folder: Path, groups: dict[str, tuple[str, list[int]]], calls: dict) -> Path:
-    """One JSON dump per rank of ``calls`` (``{rank: [(group, seq), ...]}``, in the order issued;
-    an empty list: an empty dump), every group listed with its ranks in ``pg_config``."""
+    """One JSON dump per rank of ``calls`` (``{rank: [(group, seq), ...]}``, in the order issued,
+    with a state as NCCL records it where a third item gives one; an empty list: an empty dump),
+    every group listed with its ranks in ``pg_config``."""
     config = {g: {"name": g, "desc": d, "ranks": str(r)} for g, (d, r) in groups.items()}
     for rank, issued in calls.items():
-        entries = [
-            {
-                "collective_seq_id": seq,
-                "profiling_name": f"gloo:{'all_to_all' if groups[g][0] == 'ep' else 'all_reduce'}",  # fmt: skip
-                "process_group": [g, groups[g][0]],
-                "input_sizes": [[16]],
-                "is_p2p": False,
-                "time_created_ns": 1_000_000 * (i + 1),
-            }  # fmt: skip
-            for i, (g, seq) in enumerate(issued)
-        ]
+        entries = []
+        for i, (group, seq, *state) in enumerate(issued):
+            op = "all_to_all" if groups[group][0] == "ep" else "all_reduce"
+            entries.append({
+                "collective_seq_id": seq, "profiling_name": f"nccl:{op}", "input_sizes": [[16]],
+                "process_group": [group, groups[group][0]], "is_p2p": False,
+                "time_created_ns": 1_000_000 * (i + 1), "state": (state or ["scheduled"])[0],
+            })  # fmt: skip
         dump = {"version": "2.10", "pg_config": config}  # as gloo writes them; no entries: empty
         dump.update({"entries": entries} if entries else {})
         (folder / f"fr_{rank}").write_text(json.dumps(dump))
@@ -103,6 +101,21 @@ CHAINS = {
             "rank 2 waits in group 2 (tp)'s all_reduce #2 for rank 3, which never joined it",
         ],
     ),
+    "a collective every member called that never completed (NCCL's states)": (
+        {"1": ("ep", [0, 1]), "2": ("tp", [1, 2])},
+        {
+            0: [("1", 4, "completed"), ("1", 5, "started")],
+            1: [("2", 6, "completed"), ("1", 4, "completed"), ("1", 5, "started")],
+            2: [("2", 6, "completed"), ("2", 7, "scheduled")],
+        },
+        [
+            "ranks 0 and 1 wait in group 1 (ep)'s all_to_all #5, which every member called and "
+            "which never completed: a rank failed or hangs inside it (its stack, or the network, "
+            "says which)",
+            "rank 2 waits in group 2 (tp)'s all_reduce #7 for rank 1, which waits in group 1 "
+            "(ep)'s all_to_all #5",
+        ],
+    ),
     "an empty dump in the chain": (
         {"1": ("tp", [0, 1]), "2": ("dp", [0, 2])},
         {0: [("1", 1)], 1: [], 2: [("2", 1)]},
@@ -120,6 +133,15 @@ CHAINS = {
 def test_the_wait_is_followed_from_group_to_group_to_where_it_ends(tmp_path, groups, calls, said):
     records = load_flight_records(write_dumps(tmp_path, groups, calls))
     assert wait_chains(records) == said
+
+
+def test_a_collective_everyone_called_that_never_completed_is_the_verdict_not_its_waiters(tmp_path):
+    # the 16-GPU shape: the expert group is stuck inside an all_to_all every member called, and
+    # the tensor-parallel peer waits for one of them: blaming that rank would blame a waiter
+    groups, calls, _ = CHAINS["a collective every member called that never completed (NCCL's states)"]  # fmt: skip
+    mismatch = first_mismatch(load_flight_records(write_dumps(tmp_path, groups, calls)))
+    assert (mismatch.kind, mismatch.group, mismatch.seq, mismatch.culprits) == ("never completed", "1", 5, [])  # fmt: skip
+    assert str(mismatch).endswith("every member called it: a rank failed or hangs inside it")
 
 
 def test_ranks_that_called_different_collectives_each_wait_for_the_other_first():

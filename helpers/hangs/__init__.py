@@ -5,8 +5,9 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
   :class:`FlightRecorderError`, naming it.
 - ``groups``: each process group's members compared with each other (:func:`group_members`,
   :func:`group_states`), and :func:`first_mismatch` (a :class:`Mismatch`): the disagreement that
-  started a hang, in a job of one group or of many, and :func:`wait_chains`, the hang followed
-  from group to group.
+  started a hang, in a job of one group or of many.
+- ``chains``: :func:`wait_chains`, the hang followed from group to group: who waits where, for
+  whom, to the ranks where each chain ends.
 - ``analyser``: :func:`analyse_with_pytorch`, PyTorch's analyser run on checked copies of the
   dumps, its findings read back (an :class:`AnalyserVerdict`).
 - ``trace_groups``: :func:`with_groups_from_flight_records`, each gloo collective of a trace
@@ -19,15 +20,9 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
 """
 
 from .analyser import AnalyserVerdict, analyse_with_pytorch
+from .chains import wait_chains
 from .flight_recorder import FlightRecorderError, load_flight_records
-from .groups import (
-    Mismatch,
-    first_mismatch,
-    group_descriptions,
-    group_members,
-    group_states,
-    wait_chains,
-)
+from .groups import Mismatch, first_mismatch, group_descriptions, group_members, group_states
 from .stacks import lines_in_script, load_stack_dumps
 from .trace_groups import with_groups_from_flight_records
 

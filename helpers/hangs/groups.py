@@ -14,8 +14,7 @@ the comparison.
 - :func:`first_mismatch`: the disagreement that started it (a :class:`Mismatch`): in a group
   whose missing rank is not waiting anywhere else. Ranks whose dump holds no entry at all (stuck
   before their first collective, or with the Flight Recorder off) are named first;
-- :func:`wait_chains`: the hang followed from group to group, one sentence per group that
-  disagrees: who waits there, for whom, and where those ranks are.
+(:func:`.chains.wait_chains` follows the hang from group to group.)
 """
 
 from __future__ import annotations
@@ -31,13 +30,12 @@ __all__ = [
     "group_states",
     "Mismatch",
     "first_mismatch",
-    "wait_chains",
 ]
 
 DEFAULT_GROUP = "default_pg"  # the description torch gives the group of init_process_group
 
 
-def _job_ranks(records: pd.DataFrame, ranks: list[int] | None) -> list[int]:
+def job_ranks(records: pd.DataFrame, ranks: list[int] | None) -> list[int]:
     """The ranks of the job: ``ranks``, else those ``load_flight_records`` found a dump of
     (kept in ``records.attrs``), else those with entries."""
     found = ranks if ranks is not None else records.attrs.get("ranks")
@@ -55,7 +53,7 @@ def group_members(records: pd.DataFrame, ranks: list[int] | None = None) -> dict
     where there is exactly one: it stalled before its first collective there. ``default_pg`` has
     every rank of the job (``ranks``, or every rank with a dump).
     """
-    job = _job_ranks(records, ranks)
+    job = job_ranks(records, ranks)
     members: dict[str, set[int]] = {}
     for group, rank in records[["group", "rank"]].drop_duplicates().itertuples(index=False):
         members.setdefault(group, set()).add(int(rank))
@@ -86,7 +84,7 @@ def group_descriptions(records: pd.DataFrame) -> dict[str, str]:
     return dict(records[["group", "group_desc"]].drop_duplicates("group").itertuples(index=False))
 
 
-def _calls(records: pd.DataFrame) -> pd.DataFrame:
+def collective_calls(records: pd.DataFrame) -> pd.DataFrame:
     """Collectives only (no point-to-point), with ``call`` = the op and its input sizes."""
     rows = records[~records["p2p"].astype(bool)]
     return rows.assign(call=rows["op"] + " " + rows["input_sizes"])
@@ -148,7 +146,7 @@ def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.Da
     ``root`` (True where a culprit waits nowhere: the disagreement starts here).
     ranks: the ranks of the job (default: every rank with a dump).
     """
-    calls = _calls(records)
+    calls = collective_calls(records)
     desc = group_descriptions(records)
     members = group_members(records, ranks)
     siblings = {
@@ -169,7 +167,7 @@ def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.Da
         {r: stuck_in[r] for r in row.culprits if r in stuck_in and stuck_in[r] != row.group}
         for row in states.itertuples()
     ]
-    unsure = _members_unknown(states, _job_ranks(records, ranks))
+    unsure = _members_unknown(states, job_ranks(records, ranks))
     states.loc[(states["state"] == "healthy") & unsure, "state"] = "members unknown"
     states["root"] = [
         row.state not in ("healthy", "members unknown")
@@ -218,10 +216,20 @@ def _program_order(calls: pd.DataFrame) -> dict[tuple[str, int], int]:
     return {(d, int(s)): i for i, (d, s) in enumerate(zip(mine["group_desc"], mine["seq"]))}
 
 
+def last_calls(calls: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's last collective (rows of :func:`collective_calls`)."""
+    return calls.sort_values("created_ns", kind="stable").groupby("rank").tail(1)
+
+
+def unfinished(calls: pd.DataFrame, row) -> bool:
+    """Whether the dumps say that ``row`` (an entry) never completed: NCCL's entries record
+    completion; gloo's stay "scheduled", and then nothing is said."""
+    return bool(calls["state"].isin(["started", "completed"]).any()) and row.state != "completed"
+
+
 def _where_ranks_wait(calls: pd.DataFrame, states: pd.DataFrame) -> dict[int, str]:
-    """``{rank: group}`` for each rank whose last collective is one its group disagrees on
-    (so it is still waiting there)."""
-    last = calls.sort_values("created_ns").groupby("rank").tail(1)
+    """``{rank: group}`` for each rank whose last collective is one its group disagrees on, or
+    one the dumps say never completed (so it is still waiting there)."""
     unresolved = {
         (row.group, row.seq)
         for row in states.itertuples()
@@ -229,9 +237,20 @@ def _where_ranks_wait(calls: pd.DataFrame, states: pd.DataFrame) -> dict[int, st
     }
     return {
         int(r.rank): r.group
-        for r in last.itertuples()
-        if any(g == r.group and r.seq >= seq for g, seq in unresolved)
+        for r in last_calls(calls).itertuples()
+        if any(g == r.group and r.seq >= seq for g, seq in unresolved) or unfinished(calls, r)
     }
+
+
+def _never_completed(calls: pd.DataFrame, members: dict[str, list[int]]) -> dict | None:
+    """The earliest last collective that every member of its group called alike and that the
+    dumps say never completed (a rank failed or hangs inside it), as ``group, seq, calls``."""
+    for r in last_calls(calls).sort_values("created_ns").itertuples():
+        mine = calls[(calls["group"] == r.group) & (calls["seq"] == r.seq)]
+        called = dict(zip(mine["rank"], mine["call"]))
+        if unfinished(calls, r) and all(called.get(m) == r.call for m in members.get(r.group, [])):
+            return {"group": r.group, "seq": int(r.seq), "calls": called}
+    return None
 
 
 @dataclass
@@ -239,7 +258,9 @@ class Mismatch:
     """Where the ranks' collectives first disagree.
 
     ``seq``: the sequence number (in ``group``); ``kind``: ``"different collective"``,
-    ``"different sizes"``, ``"missing"`` (some ranks never called it) or ``"empty dump"``;
+    ``"different sizes"``, ``"missing"`` (some ranks never called it), ``"empty dump"``, or
+    ``"never completed"`` (every member called it, and NCCL's dump says it never completed: the
+    rank is inside it, and the dumps cannot say which; ``culprits`` then names only empty dumps);
     ``calls``: what each member called there (``None`` where it called nothing);
     ``culprits``: the ranks that differ from the others (ranks with an empty dump first);
     ``group``, ``desc``: the process group's name and description (``"0"``, ``"default_pg"``);
@@ -271,6 +292,8 @@ class Mismatch:
         )  # fmt: skip
         if self.group is None:
             return empty.rstrip("; ")
+        if self.kind == "never completed":
+            return f"{empty}{where}; every member called it: a rank failed or hangs inside it"
         return f"{empty}{where}; differs on rank(s) {self.culprits}"
 
 
@@ -285,13 +308,18 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
     on a tie, the most common in the groups of the same description; then the lowest rank's.
     ranks: the ranks of the job (default: every rank with a dump, from ``records.attrs``).
     """
-    job = _job_ranks(records, ranks)
+    job = job_ranks(records, ranks)
     empty = sorted(set(job) - set(records["rank"].unique().tolist()))
     gone = sorted(set(job) - set(records.attrs.get("ranks") or job))
     states = group_states(records, job)
     bad = states[~states["state"].isin(["healthy", "members unknown"])].sort_values(
         ["root", "order", "since_ms"], ascending=[False, True, True]
     )
+    if bad.empty or not bad.iloc[0]["root"]:
+        stuck = _never_completed(collective_calls(records), group_members(records, job))
+        if stuck is not None:
+            desc = group_descriptions(records).get(stuck["group"], "")
+            return Mismatch(stuck["seq"], "never completed", stuck["calls"], empty, stuck["group"], desc, empty, gone)  # fmt: skip
     if bad.empty:
         return Mismatch(0, "empty dump", {}, empty, empty_dumps=empty, no_dumps=gone) if empty else None  # fmt: skip
     top = bad.iloc[0]
@@ -306,74 +334,3 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
         empty,
         gone,
     )
-
-
-def _ranks(ranks: list[int]) -> str:
-    """``[0, 1, 5]`` as "ranks 0, 1 and 5"; ``[4]`` as "rank 4"."""
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
-
-
-def _where_rank_is(rank: int, at: tuple, seen: dict, waits: dict, gone: tuple, desc: dict) -> str:
-    """Where a rank that others wait for at ``at`` (group, sequence number) is, as the clause
-    after its number (``seen``: what each rank called where; ``gone``: the ranks that left no
-    dump, and those whose dump is empty)."""
-    no_dump, empty = gone
-    if rank in no_dump:
-        return "which left no dump (killed, or dead before it could write one)"
-    if rank in empty:
-        return "whose dump is empty (stuck before its first collective)"
-    if (rank, *at) in seen:
-        return f"which called {seen[(rank, *at)]} there"
-    if waits.get(rank):
-        group, seq, op = waits[rank][0]
-        return f"which waits in group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
-    return "which never joined it"
-
-
-def _plural(clause: str, ranks: int) -> str:
-    """A clause of :func:`_where_rank_is` said of several ranks."""
-    if ranks == 1:
-        return clause
-    return clause.replace("which waits", "which wait").replace("whose dump is", "whose dumps are")
-
-
-def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[str]:
-    """The hang followed across groups, one sentence per collective that ranks wait in.
-
-    Each rank is taken to wait in its last collective (:func:`load_flight_records`' rows, sends
-    and receives left out), for the members of that collective's group that never issued it. A
-    rank waited for may itself wait in another group's collective: the sentence says which, and
-    the chain goes on there; it ends at ranks that are in no collective ("which never joined
-    it"), that left no dump, or an empty one (``ranks``: the job's ranks, default: every rank with
-    a dump). The collectives where it ends come first: "ranks 0, 1 and 5 wait in group 5 (ep)'s
-    all_to_all #2 for rank 4, which never joined it"; then "ranks 3 and 7 wait in group 8 (dp)'s
-    all_reduce #2 for ranks 1 and 5, which wait in group 5 (ep)'s all_to_all #2". Several
-    independent roots each have their sentence. An empty list: nobody waits for anybody."""
-    job = _job_ranks(records, ranks)
-    with_dump = set(records.attrs.get("ranks") or records["rank"].unique().tolist())
-    gone = (set(job) - with_dump, with_dump - set(records["rank"].unique().tolist()))
-    calls = _calls(records).sort_values("created_ns", kind="stable")
-    members, desc = group_members(records, job), group_descriptions(records)
-    seen = dict(zip(zip(calls["rank"], calls["group"], calls["seq"]), calls["call"]))
-    waits = {}  # rank -> (where it waits: group, seq, op; the members that did not call it)
-    for r in calls.groupby("rank").tail(1).itertuples():
-        missing = [m for m in members.get(r.group, []) if seen.get((m, r.group, r.seq)) != r.call]
-        if missing:
-            waits[int(r.rank)] = ((r.group, int(r.seq), r.op.split(":")[-1]), missing)
-    stuck: dict[tuple, list[int]] = {}
-    for rank, (where, missing) in waits.items():
-        stuck.setdefault((where, tuple(missing)), []).append(rank)
-    said = []
-    for ((group, seq, op), missing), waiting in stuck.items():
-        clauses: dict[str, list[int]] = {}
-        for rank in missing:
-            clause = _where_rank_is(rank, (group, seq), seen, waits, gone, desc)
-            clauses.setdefault(clause, []).append(rank)
-        whom = " and ".join(f"{_ranks(rs)}, {_plural(clause, len(rs))}" for clause, rs in clauses.items())  # fmt: skip
-        verb = "waits" if len(waiting) == 1 else "wait"
-        where = f"group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
-        ends = any(not clause.startswith("which waits") for clause in clauses)
-        said.append((not ends, f"{_ranks(sorted(waiting))} {verb} in {where} for {whom}"))
-    return [sentence for _, sentence in sorted(said, key=lambda x: x[0])]
