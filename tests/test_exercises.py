@@ -691,7 +691,10 @@ def right_evidence(
             {"slow": lesson_run("ddp-straggler"), "half": half_delay},
         ),
         "12.1": ({"group": "2", "seq": 3, "rank": 3}, {"run": hidden_stall}),
-        "12.2": ({"1": None, "2": 3, "3": 2, "4": 3}, {"run": mesh_straggler}),
+        "12.2": (
+            {"stragglers": {"1": None, "2": 3, "3": 2, "4": 3}, "delay_ms": 40},
+            {"run": mesh_straggler},
+        ),
         "13.1": ("not profiled", {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)}),
         "13.2": ([0, 12, 20, 21, 28], {}),
     }
@@ -1173,10 +1176,10 @@ def test_10_2_accepts_a_delay_read_to_within_a_tenth(sharded_straggler):
 # -------------------------------------------------------------------------- lesson 11
 
 WRONG_11 = [
-    wrong("11.1", "the rank that waits", {"rank": 0, "part": "backward"}, "not that rank",
+    wrong("11.1", "the rank that waits", {"rank": 0, "part": "backward"}, "not that work",
           run=Given("hidden_slowdown")),
-    wrong("11.1", "the right rank, its batches", {"rank": 1, "part": "data"},
-          "which kind of its work holds the path", run=Given("hidden_slowdown")),
+    wrong("11.1", "the right rank, its batches", {"rank": 1, "part": "data"}, "not that work",
+          run=Given("hidden_slowdown")),
     wrong("11.1", "a part there is not", {"rank": 1, "part": "forward"}, "the part is one of",
           run=Given("hidden_slowdown")),
     wrong("11.1", "a run whose slowdown the learner chose", {"rank": 1, "part": "data"},
@@ -1229,13 +1232,21 @@ WRONG_12 = [
     wrong("12.1", "no group", {"seq": 3, "rank": 3}, "answer with a dict",
           run=Given("hidden_stall")),
     wrong("12.2", "a straggler in the group that waits for nobody",
-          {"1": 0, "2": 3, "3": 2, "4": 3}, "nobody waits long", run=Given("mesh_straggler")),
-    wrong("12.2", "the slow rank everywhere", {"1": None, "2": 3, "3": 3, "4": 3},
-          "arrives late to the next", run=Given("mesh_straggler")),
-    wrong("12.2", "the first to arrive in each group", {"1": None, "2": 2, "3": 0, "4": 1},
-          "arrives late to the next", run=Given("mesh_straggler")),
-    wrong("12.2", "a group left out", {"2": 3, "3": 2, "4": 3}, "one entry per group",
-          run=Given("mesh_straggler")),
+          {"stragglers": {"1": 0, "2": 3, "3": 2, "4": 3}, "delay_ms": 40},
+          "not every group's straggler", run=Given("mesh_straggler")),
+    wrong("12.2", "the slow rank everywhere",
+          {"stragglers": {"1": None, "2": 3, "3": 3, "4": 3}, "delay_ms": 40},
+          "not every group's straggler", run=Given("mesh_straggler")),
+    wrong("12.2", "the first to arrive in each group",
+          {"stragglers": {"1": None, "2": 2, "3": 0, "4": 1}, "delay_ms": 40},
+          "not every group's straggler", run=Given("mesh_straggler")),
+    wrong("12.2", "a delay a tenth too long",
+          {"stragglers": {"1": None, "2": 3, "3": 2, "4": 3}, "delay_ms": 50},
+          "the delay is off", run=Given("mesh_straggler")),
+    wrong("12.2", "a group left out", {"stragglers": {"2": 3, "3": 2, "4": 3}, "delay_ms": 40},
+          "one entry per group", run=Given("mesh_straggler")),
+    wrong("12.2", "no delay", {"stragglers": {"1": None, "2": 3, "3": 2, "4": 3}},
+          "answer with a dict", run=Given("mesh_straggler")),
 ]  # fmt: skip
 
 
@@ -1247,8 +1258,19 @@ def test_12_1_rejects_a_run_that_is_not_the_hidden_stall(hidden_stall):
 
 def test_12_2_rejects_a_run_without_the_profiler(mesh_straggler):
     run = dataclasses.replace(mesh_straggler, args=["--slow-rank", "3", "--delay-ms", "40"])
-    answer = {"1": None, "2": 3, "3": 2, "4": 3}
+    answer = {"stragglers": {"1": None, "2": 3, "3": 2, "4": 3}, "delay_ms": 40}
     assert rejected(evaluate("12.2", answer, run=run), "launch_with_a_hidden_straggler(4")
+
+
+def test_a_wrong_set_of_stragglers_in_12_2_gets_one_hint_whatever_the_group(mesh_straggler):
+    right = {"1": None, "2": 3, "3": 2, "4": 3}
+    hints = {
+        evaluate(
+            "12.2", {"stragglers": {**right, group: rank}, "delay_ms": 40}, run=mesh_straggler
+        )[1]
+        for group, rank in [("1", 0), ("1", 1), ("2", 2), ("3", 0), ("4", 1), ("4", None)]
+    }
+    assert len(hints) == 1
 
 
 # -------------------------------------------------------------------------- lesson 13
@@ -1331,6 +1353,16 @@ def test_anonymised_traces_get_random_names_and_the_old_ones_are_kept(tmp_path):
     assert anonymise_traces(pid_files(tmp_path / "again", {"trace_1.json": (0, 1)}), seed=7) != [
         "trace_1.json"
     ]
+
+
+def test_a_wrong_answer_to_11_1_never_says_which_half_was_right(hidden_slowdown):
+    hints = {
+        evaluate("11.1", {"rank": rank, "part": part}, run=hidden_slowdown)[1]
+        for rank in (0, 1)
+        for part in ("data", "backward", "optimizer")
+        if (rank, part) != (1, "backward")
+    }
+    assert len(hints) == 1  # one hint for all five wrong answers: a guess learns nothing from it
 
 
 def test_no_single_guess_of_a_hidden_delay_passes_more_than_one_draw_in_five():

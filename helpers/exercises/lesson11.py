@@ -36,16 +36,14 @@ def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
         return False, 'answer with a dict {"rank": ..., "part": ...}'
     if answer["part"] not in SLOWED_PARTS:
         return False, f"the part is one of {list(SLOWED_PARTS)}"
-    if whole(answer["rank"]) != slowed:
+    if whole(answer["rank"]) != slowed or answer["part"] != part:
+        # one hint for any wrong answer: it says where to look, never which half was right
         return False, (
-            "not that rank: the path spends each step's extra time on one rank; "
-            "path_summary(path, 'kind') puts it first"
-        )
-    if answer["part"] != part:
-        return False, (
-            f"rank {slowed} is right; which kind of its work holds the path? data loading is "
-            "the batch, compute the backward (a hook's sleep shows as "
-            "BackwardHookFunctionBackward), optimizer the optimizer step"
+            "not that work: the path spends each step's extra time on the slowed rank's work, "
+            "so path_summary(path, ['rank', 'kind']) puts it first among the rows that are "
+            "work (not a transfer or a wake-up); data loading is the batch, compute the "
+            "backward (a hook's sleep shows as BackwardHookFunctionBackward), optimizer the "
+            "optimizer step"
         )
     return True, f"rank {slowed}'s {part} was slowed, and the path says so"
 

@@ -1,16 +1,21 @@
 """The checks of lesson 12's exercises (``notebooks/12_many_process_groups.ipynb``; worked in
 ``solutions/12_solutions.ipynb``): in a job of a 2x2 mesh of tensor parallel (tp) and data
 parallel (dp) groups, the group, collective and rank where a hidden stall began, read from the
-Flight Recorder dumps; and each group's straggler when one rank is slowed at random, read from
-the traces."""
+Flight Recorder dumps; and each group's straggler and the delay when one rank is slowed at
+random, read from the traces."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..hangs import FlightRecorderError, group_descriptions, group_members, load_flight_records
-from .common import Check, arguments, is_run, whole, wrong_run
-from .hidden import HIDDEN_STALL_EXPERIMENT, HIDDEN_STRAGGLER_EXPERIMENT, MESH_SCRIPT
+from .common import Check, arguments, close, is_run, number, whole, wrong_run
+from .hidden import (
+    DELAY_TOLERANCE,
+    HIDDEN_STALL_EXPERIMENT,
+    HIDDEN_STRAGGLER_EXPERIMENT,
+    MESH_SCRIPT,
+)
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS"]
 
@@ -71,43 +76,48 @@ def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
 
 
 def _stragglers_per_group(answer: Any, run: Any) -> tuple[bool, str]:
-    """12.2: ``{group name: straggler rank or None}`` for the four groups of a run of
-    mesh_job.py with one rank slowed at random before its tp all-reduce."""
+    """12.2: ``{"stragglers": {group name: straggler rank or None}, "delay_ms": ms}`` for a run
+    of mesh_job.py with one rank slowed at random before its tp all-reduce: each group's
+    straggler, and how late the slow rank is per step (to within :data:`DELAY_TOLERANCE`). A
+    blind guess of the stragglers passes one run in four, with the delay one in twenty."""
     wrong = wrong_run(run, MESH_SCRIPT, {"--profile": None}, nproc=4)
     given = arguments(run) if is_run(run) else {}
-    slow = whole(given.get("--slow-rank", -1))
+    slow, delay = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms"))
     if wrong or run.experiment != HIDDEN_STRAGGLER_EXPERIMENT or slow is None or slow < 0:
         return False, f"launch the run with {_LAUNCH_12_2} and hand the check that run"
     found = _groups_of(run)
     if isinstance(found, str):
         return False, found
     members, descs = found
-    if not isinstance(answer, dict) or set(map(str, answer)) != set(members):
-        return False, (
-            f"answer with a dict of one entry per group, {sorted(members)}: its straggler's "
-            "rank, or None where nobody waits (waiting_per_group(...)['process_group'])"
-        )
+    shape = f'{{"stragglers": {{one entry per group, {sorted(members)}}}, "delay_ms": ...}}'
+    if not isinstance(answer, dict) or set(answer) != {"stragglers", "delay_ms"}:
+        return False, f"answer with a dict {shape}"
+    said_groups = answer["stragglers"]
+    if not isinstance(said_groups, dict) or set(map(str, said_groups)) != set(members):
+        return False, f"answer with a dict {shape}"
     partner = next(r for g, ranks in members.items() if slow in ranks and descs[g] == "tp"
                    for r in ranks if r != slow)  # fmt: skip
     expected = {
         g: slow if slow in ranks else (partner if descs[g] == "dp" else None)
         for g, ranks in members.items()
     }
-    said = {str(g): (None if r is None else whole(r)) for g, r in answer.items()}
-    if said == expected:
-        return True, (
-            f"rank {slow} is late in its tp group; then it and rank {partner} are both late to "
-            "their dp groups, and the other tp group waits for nobody"
-        )
-    other_tp = next(g for g, ranks in members.items() if descs[g] == "tp" and slow not in ranks)
-    if said[other_tp] is not None:
+    said = {str(g): (None if r is None else whole(r)) for g, r in said_groups.items()}
+    if said != expected:  # one hint for every wrong set: where to look, not which group is off
         return False, (
-            f"in group {other_tp} nobody waits long: its least waiting member is first by a "
-            "hair (compare others_wait_ms with the other groups')"
+            "not every group's straggler: in each group it is the rank the others wait for "
+            "(waiting_per_group's straggler, where others_wait_ms is a delay; None where it is "
+            "a fraction of a millisecond beside the other groups'), and a rank that waited in "
+            "one group arrives late at the next"
         )
-    return False, (
-        "not every group's straggler: the rank the others wait for in a group is the one that "
-        "arrives last there, and a rank that waited in one group arrives late to the next"
+    ms = number(answer["delay_ms"])
+    if ms is None or delay is None or not close(ms, delay, *DELAY_TOLERANCE):
+        return False, (
+            "the stragglers are right; the delay is off: how long the slow rank's tp partner "
+            "waits for it per step (others_wait_ms in its tp group), in ms"
+        )
+    return True, (
+        f"rank {slow} is {delay:g} ms late in its tp group; then it and rank {partner} are both "
+        "late to their dp groups, and the other tp group waits for nobody"
     )
 
 
