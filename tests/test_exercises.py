@@ -695,7 +695,10 @@ def right_evidence(
             {"stragglers": {"1": None, "2": 3, "3": 2, "4": 3}, "delay_ms": 40},
             {"run": mesh_straggler},
         ),
-        "13.1": ("not profiled", {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)}),
+        "13.1": (
+            {"straggler": "not profiled", "delay_ms": 80},
+            {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)},
+        ),
         "13.2": ([0, 12, 20, 21, 28], {}),
     }
 
@@ -1286,32 +1289,53 @@ WRONG_13 = [
 
 
 def test_13_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
-    assert accepted(evaluate("13.1", 2, run=few_ranks_run(tmp_path, 2)))
+    assert accepted(
+        evaluate("13.1", {"straggler": 2, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2))
+    )
 
 
 def test_13_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
     assert rejected(
-        evaluate("13.1", 0, run=few_ranks_run(tmp_path, 2)), "every rank profiled waits"
+        evaluate("13.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2)),
+        "every rank profiled waits",
     )
 
 
 def test_13_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
-    assert accepted(evaluate("13.1", 1, run=few_ranks_run(tmp_path, 1)))
+    assert accepted(
+        evaluate("13.1", {"straggler": 1, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
+    )
 
 
 def test_13_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
-    said = evaluate("13.1", "not profiled", run=few_ranks_run(tmp_path, 1))
-    assert rejected(said, "among the ranks profiled")
+    said = evaluate(
+        "13.1", {"straggler": "not profiled", "delay_ms": 80}, run=few_ranks_run(tmp_path, 1)
+    )
+    assert rejected(said, "whose data loading stands out")
 
 
 def test_13_1_rejects_the_other_profiled_rank(tmp_path):
-    assert rejected(evaluate("13.1", 0, run=few_ranks_run(tmp_path, 1)), "data loading")
+    said = evaluate("13.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
+    assert rejected(said, "whose data loading stands out")
+
+
+@pytest.mark.parametrize("slowed", [1, 2], ids=["profiled", "not profiled"])
+def test_13_1_rejects_the_right_straggler_with_a_delay_a_quarter_off(tmp_path, slowed):
+    straggler = slowed if slowed == 1 else "not profiled"
+    said = evaluate(
+        "13.1", {"straggler": straggler, "delay_ms": 100}, run=few_ranks_run(tmp_path, slowed)
+    )
+    assert rejected(said, "the delay is off")
+
+
+def test_13_1_wants_the_straggler_and_the_delay(tmp_path):
+    assert rejected(evaluate("13.1", 1, run=few_ranks_run(tmp_path, 1)), "answer with a dict")
 
 
 def test_13_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
     run.experiment = "hidden-straggler"
-    assert rejected(evaluate("13.1", 1, run=run), "--profile-ranks")
+    assert rejected(evaluate("13.1", {"straggler": 1, "delay_ms": 80}, run=run), "--profile-ranks")
 
 
 def test_13_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():

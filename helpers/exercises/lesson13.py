@@ -1,7 +1,8 @@
 """The checks of lesson 13's exercises (``notebooks/13_your_own_job.ipynb``; worked in
 ``solutions/13_solutions.ipynb``): a job of 3 ranks profiled on 2, one rank slowed at random
 (:func:`helpers.launch_with_a_hidden_straggler`), diagnosed from its report alone: the slowed
-rank, or ``"not profiled"`` when the report shows that the ranks profiled all wait for another;
+rank, or ``"not profiled"`` when the report shows that the ranks profiled all wait for another,
+and its delay;
 and the ranks to profile of a job of 4 machines of 8 GPUs, 6 at most, worked out from what its
 last two runs' reports said (:func:`past_reports`)."""
 
@@ -11,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from .common import TRAIN_DDP_SCRIPT, Check, arguments, is_run, whole, whole_numbers
-from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
+from .common import TRAIN_DDP_SCRIPT, Check, arguments, close, is_run, number, whole, whole_numbers
+from .hidden import DELAY_TOLERANCE, HIDDEN_STRAGGLER_EXPERIMENT
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "NOT_PROFILED", "past_reports"]
 
@@ -33,34 +34,44 @@ def _profiled(run: Any) -> list[int] | None:
 
 
 def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
-    """13.1: the slowed rank of a job profiled on some of its ranks, or "not profiled"."""
+    """13.1: ``{"straggler": rank or "not profiled", "delay_ms": ms}``: the slowed rank of a job
+    profiled on some of its ranks (or "not profiled" when it left no trace), and its delay per
+    step to within :data:`DELAY_TOLERANCE`. A blind guess passes one run in nine."""
     hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
     profiled = _profiled(run) if is_run(run) else None
-    slowed = whole(arguments(run).get("--slow-rank", -1)) if is_run(run) else None
+    given = arguments(run) if is_run(run) else {}
+    slowed, delay = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms"))
     if not hidden or run.script != TRAIN_DDP_SCRIPT or profiled is None or slowed is None:
         return False, f"launch the job with {_LAUNCH} and hand the check that run"
     unprofiled = sorted(set(range(run.world_size)) - set(profiled))
-    said = answer.strip().lower() if isinstance(answer, str) else whole(answer)
+    shape = f'answer with a dict {{"straggler": a rank or "{NOT_PROFILED}", "delay_ms": ...}}'
+    if not isinstance(answer, dict) or set(answer) != {"straggler", "delay_ms"}:
+        return False, shape
+    straggler = answer["straggler"]
+    said = straggler.strip().lower() if isinstance(straggler, str) else whole(straggler)
     if said is None or (isinstance(said, str) and said != NOT_PROFILED):
-        return False, f'answer with a rank, or "{NOT_PROFILED}" if the straggler left no trace'
-    if slowed in profiled:
-        if said == NOT_PROFILED:
-            return False, (
-                "one rank profiled takes far longer to load its batches than the other (time per "
-                "kind): the straggler is among the ranks profiled"
-            )
-        if said != slowed:
-            return False, "not that rank: whose data loading stands out in the time per kind?"
-        return True, f"rank {slowed}: profiled, and its batches are the slow ones"
-    right = said == NOT_PROFILED or (said == slowed and unprofiled == [slowed])
-    if not right:
+        return False, shape
+    if slowed in profiled and said != slowed:
+        return False, (
+            "not that: one rank profiled takes far longer to load its batches than the other "
+            "(time per kind), or none does; whose data loading stands out?"
+        )
+    if slowed not in profiled and not (said == NOT_PROFILED or said == slowed == unprofiled[0]):
         return False, (
             "every rank profiled waits and none loads its batches slowly: none of them is the one "
             "they wait for. Read the report's section 'What the traces cannot tell', after what held the steps"
         )
+    if delay is None or number(answer["delay_ms"]) is None or not close(number(answer["delay_ms"]), delay, *DELAY_TOLERANCE):  # fmt: skip
+        return False, (
+            "the straggler is right; the delay is off: per step, a profiled straggler's data "
+            "loading (time per kind, over the steps profiled), else the waiting of the rank "
+            "profiled that waits least (the others also wait for each other on shared cores)"
+        )
+    if slowed in profiled:
+        return True, f"rank {slowed}: profiled, and its batches are {delay:g} ms slow"
     return True, (
-        f"rank {slowed} was slowed and left no trace: the ranks profiled ({profiled}) all wait "
-        "for it, which is how a report of a few ranks points outside them"
+        f"rank {slowed} was slowed by {delay:g} ms and left no trace: the ranks profiled "
+        f"({profiled}) all wait for it, which is how a report of a few ranks points outside them"
     )
 
 
