@@ -139,7 +139,8 @@ def _long(per_step: pd.Series) -> list[int]:
 def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
     """The sentence that names the heaviest op on the path (``top``, a row of path_summary)."""
     usual = len(per_step) - len(long)
-    over = f"the {usual} steps" + (" of usual length (the long ones are below)" if usual < len(per_step) else "")  # fmt: skip
+    steps = "the one step" if usual == 1 else f"the {usual} steps"
+    over = steps + (" of usual length (the long ones are below)" if usual < len(per_step) else "")  # fmt: skip
     return (
         f"Each step's critical path is the chain of work, across the ranks, that decided when "
         f"the step ended (lesson 11). Over {over}, most of it is rank "
