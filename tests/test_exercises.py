@@ -578,22 +578,23 @@ def hidden_slowdown(tmp_path_factory) -> RunRecord:
 
 
 @pytest.fixture(scope="module")
-def half_delay(tmp_path_factory) -> RunRecord:
-    """Exercise 11.2's second run: the straggler job with half its delay, 75 ms."""
-    folder = tmp_path_factory.mktemp("half-delay")
-    run = fake_run(folder, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "75"])
-    ddp_traces(run.run_dir, slow_rank=1, delay_us=75_000)
+def half_work(tmp_path_factory) -> RunRecord:
+    """Exercise 11.2's second run: the overlap job with half its work, 20 ms (only its step
+    times are read: the traces of a job of that step)."""
+    folder = tmp_path_factory.mktemp("half-work")
+    run = fake_run(folder, "overlap_job.py", args=["--overlap-ms", "20"])
+    ddp_traces(run.run_dir, slow_rank=1, delay_us=60_000)
     return run
 
 
 @pytest.fixture(scope="module")
-def half_delay_predicted(lesson_run) -> float:
-    """What the what-if predicts for the straggler run with its batches twice as fast."""
+def half_work_predicted(lesson_run) -> float:
+    """What the what-if predicts for the lesson's overlap job with rank 0's work halved."""
     from helpers import what_if
     from helpers.traces import load_run
 
-    events = load_run(lesson_run("ddp-straggler")).events
-    return float(what_if(events, 1, "DataLoader", factor=0.5).median())
+    events = load_run(lesson_run("overlap-40")).events
+    return float(what_if(events, 0, "^overlapped$", factor=0.5).median())
 
 
 @pytest.fixture(scope="module")
@@ -639,8 +640,8 @@ def right_evidence(
     hung_at_15,
     sharded_straggler,
     hidden_slowdown,
-    half_delay,
-    half_delay_predicted,
+    half_work,
+    half_work_predicted,
     hidden_stall,
     mesh_straggler,
     tmp_path_factory,
@@ -687,8 +688,8 @@ def right_evidence(
         "10.2": ({"straggler": 1, "delay_ms": 150}, {"run": sharded_straggler}),
         "11.1": ({"rank": 1, "part": "backward"}, {"run": hidden_slowdown}),
         "11.2": (
-            half_delay_predicted,
-            {"slow": lesson_run("ddp-straggler"), "half": half_delay},
+            half_work_predicted,
+            {"slow": lesson_run("overlap-40"), "half": half_work},
         ),
         "12.1": ({"group": "2", "seq": 3, "rank": 3}, {"run": hidden_stall}),
         "12.2": (
@@ -1191,31 +1192,41 @@ WRONG_11 = [
 
 
 @pytest.fixture
-def half_evidence(lesson_run, half_delay) -> dict:
-    return {"slow": lesson_run("ddp-straggler"), "half": half_delay}
+def half_evidence(lesson_run, half_work) -> dict:
+    return {"slow": lesson_run("overlap-40"), "half": half_work}
 
 
-def test_11_2_rejects_the_step_with_no_data_loading_at_all(lesson_run, half_evidence):
-    from helpers import what_if
+def test_11_2_rejects_the_step_less_the_time_saved_where_the_work_overlapped_a_wait(
+    lesson_run, half_evidence, half_work_predicted
+):
+    from helpers import step_times
     from helpers.traces import load_run
 
-    none = float(what_if(load_run(lesson_run("ddp-straggler")).events, 1, "DataLoader").median())
-    assert rejected(evaluate("11.2", none, **half_evidence), "factor=0.5")
+    step = float(step_times(load_run(lesson_run("overlap-40")).events).median(axis=1).median())
+    assert abs(step - 20 - half_work_predicted) > 10  # the two answers are far apart here
+    assert rejected(evaluate("11.2", step - 20, **half_evidence), "subtracts the time saved")
 
 
-def test_11_2_rejects_a_number_the_what_if_does_not_give(half_evidence, half_delay_predicted):
-    assert rejected(evaluate("11.2", half_delay_predicted * 1.3, **half_evidence), "not what the what-if predicts")  # fmt: skip
+def test_11_2_rejects_a_number_the_what_if_does_not_give(half_evidence, half_work_predicted):
+    assert rejected(evaluate("11.2", half_work_predicted * 1.3, **half_evidence), "not what the what-if predicts")  # fmt: skip
 
 
-def test_11_2_refuses_a_second_run_without_half_the_delay(lesson_run, half_delay_predicted):
-    said = evaluate("11.2", half_delay_predicted, slow=lesson_run("ddp-straggler"), half=lesson_run("ddp-normal"))  # fmt: skip
-    assert rejected(said, "the same job with rank 1 slowed by 75 ms")
+def test_11_2_refuses_a_second_run_without_half_the_work(lesson_run, half_work_predicted):
+    said = evaluate("11.2", half_work_predicted, slow=lesson_run("overlap-40"), half=lesson_run("overlap-0"))  # fmt: skip
+    assert rejected(said, "the same job with --overlap-ms 20")
 
 
-def test_11_2_says_how_close_the_prediction_came_to_the_run(half_evidence, half_delay_predicted):
-    ok, said = evaluate("11.2", half_delay_predicted, **half_evidence)
+def test_11_2_refuses_a_first_run_that_is_not_the_overlap_job(lesson_run, half_evidence):
+    said = evaluate("11.2", 60.0, slow=lesson_run("ddp-straggler"), half=half_evidence["half"])
+    assert rejected(said, "runs[40]")
+
+
+def test_11_2_says_how_close_the_prediction_and_the_subtraction_came(half_evidence, half_work_predicted):  # fmt: skip
+    ok, said = evaluate("11.2", half_work_predicted, **half_evidence)
     assert ok and re.search(
-        r"predicted \d+ ms, measured \d+ ms with half the delay: [+-]\d+%", said
+        r"predicted \d+ ms, measured \d+ ms with half the work: [+-]\d+%; subtracting the 20 ms "
+        r"saved said \d+ ms \([+-]\d+%\)",
+        said,
     )
 
 

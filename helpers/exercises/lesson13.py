@@ -18,7 +18,7 @@ from .hidden import DELAY_TOLERANCE, HIDDEN_STRAGGLER_EXPERIMENT
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "NOT_PROFILED", "past_reports"]
 
 SCRIPTS = (TRAIN_DDP_SCRIPT,)
-FLAGS = ("--profile-ranks", "--slow-rank")
+FLAGS = ("--profile-ranks", "--slow-rank", "--delay-ms")
 #: The answer when the straggler is one of the ranks that left no trace.
 NOT_PROFILED = "not profiled"
 _LAUNCH = 'launch_with_a_hidden_straggler(3, common + ["--profile-ranks", "0,1"], delays_ms=(300, 400, 500))'  # fmt: skip
