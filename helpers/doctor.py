@@ -100,8 +100,8 @@ def _packages(requirements: Path) -> Check:
         return Check(
             "packages",
             "WARN",
-            f"the lessons' packages import; not installed, for the tests, the site and the "
-            f"Dask example only: {', '.join(missing)}; {install}",
+            f"the lessons' packages import; missing or broken, used only by the tests, the "
+            f"site and the Dask example: {', '.join(missing)}; {install}",
         )
     if other:
         return Check("packages", "WARN", f"other versions than pinned: {', '.join(other)}")

@@ -54,5 +54,5 @@ def test_a_missing_package_the_lessons_do_without_only_warns(tmp_path, monkeypat
 
     check = doctor_module._packages(requirements)
 
-    assert check.status == "WARN" and "for the tests, the site" in check.detail
+    assert check.status == "WARN" and "used only by the tests, the site" in check.detail
     assert "not-a-real-tool" in check.detail

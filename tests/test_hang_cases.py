@@ -44,7 +44,15 @@ def test_the_first_mismatch_names_the_rank_that_hung_the_job_and_no_other(case):
     drawn, records = kept(case)
     mismatch = first_mismatch(records, ranks=list(range(drawn["world"])))
     assert mismatch.culprits == [drawn["rank"]], str(mismatch)
+    assert (mismatch.desc, mismatch.seq) == (drawn["at"], drawn["step"]), str(mismatch)
     assert ("left no dump" in str(mismatch)) == (drawn["fault"] == "kill")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if '"kill"' in c.read_text()], ids=_case_id)
+def test_without_the_jobs_ranks_a_rank_that_left_no_dump_is_warned_of(case):
+    _, records = kept(case)
+    with pytest.warns(UserWarning, match="a rank may have left no dump"):
+        first_mismatch(records)
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
@@ -121,7 +129,7 @@ CHAINS = {
         {0: [("1", 1)], 1: [], 2: [("2", 1)]},
         [
             "rank 0 waits in group 1 (tp)'s all_reduce #1 for rank 1, whose dump is empty "
-            "(stuck before its first collective)",
+            "(stuck before any collective)",
             "rank 2 waits in group 2 (dp)'s all_reduce #1 for rank 0, which waits in group 1 "
             "(tp)'s all_reduce #1",
         ],
@@ -142,6 +150,28 @@ def test_a_collective_everyone_called_that_never_completed_is_the_verdict_not_it
     mismatch = first_mismatch(load_flight_records(write_dumps(tmp_path, groups, calls)))
     assert (mismatch.kind, mismatch.group, mismatch.seq, mismatch.culprits) == ("never completed", "1", 5, [])  # fmt: skip
     assert str(mismatch).endswith("every member called it: a rank failed or hangs inside it")
+
+
+def test_a_rank_waits_at_its_first_unfinished_collective_not_one_queued_behind_it(tmp_path):
+    # NCCL: rank 0's tp #3 started (rank 2 never called it), its dp #3 is queued behind it
+    groups = {"1": ("dp", [0, 1]), "2": ("tp", [0, 2])}
+    calls = {
+        0: [
+            ("2", 2, "completed"),
+            ("1", 2, "completed"),
+            ("2", 3, "started"),
+            ("1", 3, "scheduled"),
+        ],  # fmt: skip
+        1: [("1", 2, "completed"), ("1", 3, "started")],
+        2: [("2", 2, "completed")],
+    }
+    records = load_flight_records(write_dumps(tmp_path, groups, calls))
+    assert wait_chains(records) == [
+        "rank 0 waits in group 2 (tp)'s all_reduce #3 for rank 2, which never joined it",
+        "rank 1 waits in group 1 (dp)'s all_reduce #3 for rank 0, which waits in group 2 (tp)'s "
+        "all_reduce #3",
+    ]
+    assert first_mismatch(records).culprits == [2]
 
 
 def test_ranks_that_called_different_collectives_each_wait_for_the_other_first():

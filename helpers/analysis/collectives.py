@@ -71,7 +71,8 @@ def collective_source(events: pd.DataFrame) -> CollectiveSource:
         return CollectiveSource(NCCL_KERNELS, "NCCL kernels on the GPU")
     if name_matches(events, r"^nccl:").any():
         why = (
-            "NCCL launched none among its other GPU kernels (as on a job of one rank)"
+            "the trace has other GPU kernels but no NCCL kernel (NCCL launches none for a job of "
+            "one rank)"
             if events["kind"].isin(GPU_WORK_KINDS).any()
             else "profile with ProfilerActivity.CUDA to record the kernels"
         )

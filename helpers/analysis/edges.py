@@ -265,9 +265,10 @@ def stream_waits(run: Ground, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         warnings.warn(
             f"{unmatched} of the {waits} stream waits in these traces (cuda_sync "
             f'"{STREAM_WAIT}") do not say which stream\'s event they waited for (the '
-            "profiler left wait_on_stream at -1, as it did on torch 2.11 with CUDA 13, where "
-            "CUDA events are recorded with cudaEventRecordWithFlags): the critical path cannot "
-            "follow them, and the time a stream was held by one counts as its own queue",
+            "profiler left wait_on_stream at -1, as it did on torch 2.11 with CUDA 13; torch "
+            "2.14.1 also records its CUDA events with cudaEventRecordWithFlags): the critical "
+            "path cannot follow them, and the time a stream was held by one counts as its own "
+            "queue",
             stacklevel=2,
         )
     syncs = syncs[

@@ -10,9 +10,11 @@ from .groups import (
     collective_calls,
     group_descriptions,
     group_members,
+    group_states,
     job_ranks,
-    last_calls,
+    members_unknown_warning,
     unfinished,
+    where_ranks_are,
 )
 
 __all__ = ["wait_chains"]
@@ -26,16 +28,17 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def _where_rank_is(rank: int, at: tuple, seen: dict, waits: dict, gone: tuple, desc: dict) -> str:
-    """Where a rank that others wait for at ``at`` (group, sequence number) is, as the clause
-    after its number (``seen``: what each rank called where; ``gone``: the ranks that left no
-    dump, and those whose dump is empty)."""
+    """Where a rank that others wait for at ``at`` (group, sequence number, their call) is, as
+    the clause after its number (``seen``: what each rank called where; ``gone``: the ranks
+    that left no dump, and those whose dump is empty)."""
     no_dump, empty = gone
     if rank in no_dump:
-        return "which left no dump (killed, or dead before it could write one)"
+        return "which left no dump (killed, or dead before writing one)"
     if rank in empty:
-        return "whose dump is empty (stuck before its first collective)"
-    if (rank, *at) in seen:
-        return f"which called {seen[(rank, *at)]} there"
+        return "whose dump is empty (stuck before any collective)"
+    group, seq, call = at
+    if seen.get((rank, group, seq), call) != call:
+        return f"which called {seen[(rank, group, seq)]} there"
     if waits.get(rank):
         group, seq, op = waits[rank][0]
         return f"which waits in group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
@@ -52,27 +55,38 @@ def _plural(clause: str, ranks: int) -> str:
 def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[str]:
     """The hang followed across groups, one sentence per collective that ranks wait in.
 
-    Each rank is taken to wait in its last collective (:func:`load_flight_records`' rows, sends
-    and receives left out), for the members of that collective's group that never issued it
-    (or called another collective there); where the dumps say when collectives completed
-    (NCCL's), a rank also waits in a last collective that every member called and that did not
-    complete, and the chain ends there (a rank failed or hangs inside it). A
+    Each rank is taken to wait where it is (:func:`.groups.where_ranks_are`: its last collective,
+    or with NCCL's states its first that did not complete; sends and receives left out), for the
+    members of that collective's group that never issued it (or called another collective
+    there); where the dumps say when collectives completed (NCCL's), a rank also waits in a
+    collective that every member called and that did not complete, and the chain ends there (a
+    rank failed or hangs inside it). A
     rank waited for may itself wait in another group's collective: the sentence says which, and
     the chain goes on there; it ends at ranks that are in no collective ("which never joined
     it"), that left no dump, or an empty one (``ranks``: the job's ranks, default: every rank with
     a dump). The collectives where it ends come first: "ranks 0, 1 and 5 wait in group 5 (ep)'s
     all_to_all #2 for rank 4, which never joined it"; then "ranks 3 and 7 wait in group 8 (dp)'s
     all_reduce #2 for ranks 1 and 5, which wait in group 5 (ep)'s all_to_all #2". Several
-    independent roots each have their sentence. An empty list: nobody waits for anybody."""
+    independent roots each have their sentence. An empty list: nobody waits for anybody, as far as
+    the dumps show (without ``ranks``, a rank that left no dump is unseen: a warning says so)."""
     job = job_ranks(records, ranks)
     with_dump = set(records.attrs.get("ranks") or records["rank"].unique().tolist())
     gone = (set(job) - with_dump, with_dump - set(records["rank"].unique().tolist()))
     calls = collective_calls(records)
     members, desc = group_members(records, job), group_descriptions(records)
     seen = dict(zip(zip(calls["rank"], calls["group"], calls["seq"]), calls["call"]))
+    where = where_ranks_are(calls)
+    at = {int(r.rank): (r.group, r.seq) for r in where.itertuples()}
+    # a call NCCL only queued behind an earlier one that did not complete is not joined yet
+    queued = {(r.rank, r.group, r.seq) for r in calls.itertuples() if r.state == "scheduled" and unfinished(calls, r)}  # fmt: skip
     waits = {}  # rank -> (where it waits: group, seq, op; the members that did not call it)
-    for r in last_calls(calls).itertuples():
-        missing = [m for m in members.get(r.group, []) if seen.get((m, r.group, r.seq)) != r.call]
+    members_unknown_warning(records, group_states(records, job), ranks)
+    for r in where.itertuples():
+        missing = [
+            m for m in members.get(r.group, [])
+            if seen.get((m, r.group, r.seq)) != r.call
+            or ((m, r.group, r.seq) in queued and at.get(m) != (r.group, r.seq))
+        ]  # fmt: skip
         if missing or unfinished(calls, r):  # gloo's dumps never say a collective completed
             waits[int(r.rank)] = ((r.group, int(r.seq), r.op.split(":")[-1]), missing)
     stuck: dict[tuple, list[int]] = {}
@@ -82,9 +96,9 @@ def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[s
     for ((group, seq, op), missing), waiting in stuck.items():
         clauses: dict[str, list[int]] = {}
         for rank in missing:
-            clause = _where_rank_is(rank, (group, seq), seen, waits, gone, desc)
+            clause = _where_rank_is(rank, (group, seq, seen[(waiting[0], group, seq)]), seen, waits, gone, desc)  # fmt: skip
             clauses.setdefault(clause, []).append(rank)
-        whom = " and ".join(f"{_ranks(rs)}, {_plural(clause, len(rs))}" for clause, rs in clauses.items())  # fmt: skip
+        whom = "; and ".join(f"{_ranks(rs)}, {_plural(clause, len(rs))}" for clause, rs in clauses.items())  # fmt: skip
         verb = "waits" if len(waiting) == 1 else "wait"
         where = f"group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
         sentence = f"{_ranks(sorted(waiting))} {verb} in {where} for {whom}"

@@ -19,8 +19,10 @@ the comparison.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -216,9 +218,31 @@ def _program_order(calls: pd.DataFrame) -> dict[tuple[str, int], int]:
     return {(d, int(s)): i for i, (d, s) in enumerate(zip(mine["group_desc"], mine["seq"]))}
 
 
-def last_calls(calls: pd.DataFrame) -> pd.DataFrame:
-    """Each rank's last collective (rows of :func:`collective_calls`)."""
-    return calls.sort_values("created_ns", kind="stable").groupby("rank").tail(1)
+def where_ranks_are(calls: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's collective where it is (rows of :func:`collective_calls`): with NCCL's
+    states, its first that did not complete (its last when all did; one queued behind it is not
+    where it waits); with gloo's, which never say, its last."""
+    ordered = calls.sort_values("created_ns", kind="stable")
+    if not ordered["state"].isin(["started", "completed"]).any():
+        return ordered.groupby("rank").tail(1)
+    open_ = ordered[(ordered["state"] != "completed").to_numpy()].groupby("rank").head(1)
+    done = ordered[~ordered["rank"].isin(open_["rank"]).to_numpy()].groupby("rank").tail(1)
+    return pd.concat([open_, done]).sort_values("created_ns", kind="stable")
+
+
+def members_unknown_warning(records: pd.DataFrame, states: pd.DataFrame, ranks: Any) -> None:
+    """Warn, when the job's ranks were not given, that a group with fewer members than another of
+    its description may hide a rank that left no dump (unless empty dumps explain it)."""
+    sizes = states["ranks"].map(len)
+    short = (sizes < sizes.groupby(states["desc"]).transform("max")).any()
+    empty = set(records.attrs.get("ranks") or ()) - set(records["rank"].unique().tolist())
+    if ranks is None and short and not empty:
+        warnings.warn(
+            "some process groups have fewer members in these dumps than others of their kind: "
+            "a rank may have left no dump (killed); give the job's ranks, "
+            "ranks=range(world_size), to have it named",
+            stacklevel=3,
+        )
 
 
 def unfinished(calls: pd.DataFrame, row) -> bool:
@@ -237,18 +261,32 @@ def _where_ranks_wait(calls: pd.DataFrame, states: pd.DataFrame) -> dict[int, st
     }
     return {
         int(r.rank): r.group
-        for r in last_calls(calls).itertuples()
+        for r in where_ranks_are(calls).itertuples()
         if any(g == r.group and r.seq >= seq for g, seq in unresolved) or unfinished(calls, r)
     }
+
+
+def _waited_for(calls: pd.DataFrame, members: dict[str, list[int]], gone: set[int]) -> dict | None:
+    """The earliest collective where a rank with a dump waits with a member in ``gone`` (ranks
+    that left no dump), as ``group, seq, calls``: where the job lost them, as far as it shows."""
+    seen = dict(zip(zip(calls["rank"], calls["group"], calls["seq"]), calls["call"]))
+    for r in where_ranks_are(calls).itertuples():
+        in_group = members.get(r.group, [])
+        if gone & set(in_group):
+            return {"group": r.group, "seq": int(r.seq), "calls": {m: seen.get((m, r.group, r.seq)) for m in in_group}}  # fmt: skip
+    return None
 
 
 def _never_completed(calls: pd.DataFrame, members: dict[str, list[int]]) -> dict | None:
     """The earliest last collective that every member of its group called alike and that the
     dumps say never completed (a rank failed or hangs inside it), as ``group, seq, calls``."""
-    for r in last_calls(calls).sort_values("created_ns").itertuples():
+    where = where_ranks_are(calls)
+    at = {int(r.rank): (r.group, r.seq) for r in where.itertuples()}
+    for r in where.itertuples():
         mine = calls[(calls["group"] == r.group) & (calls["seq"] == r.seq)]
         called = dict(zip(mine["rank"], mine["call"]))
-        if unfinished(calls, r) and all(called.get(m) == r.call for m in members.get(r.group, [])):
+        inside = all(called.get(m) == r.call and at.get(m) == (r.group, r.seq) for m in members.get(r.group, []))  # fmt: skip
+        if unfinished(calls, r) and inside:  # every member is in it, and it never completed
             return {"group": r.group, "seq": int(r.seq), "calls": called}
     return None
 
@@ -259,13 +297,14 @@ class Mismatch:
 
     ``seq``: the sequence number (in ``group``); ``kind``: ``"different collective"``,
     ``"different sizes"``, ``"missing"`` (some ranks never called it), ``"empty dump"``, or
-    ``"never completed"`` (every member called it, and NCCL's dump says it never completed: the
-    rank is inside it, and the dumps cannot say which; ``culprits`` then names only empty dumps);
+    ``"never completed"`` (every member called it, and NCCL's dumps say it had not completed
+    when they were written: the rank at fault is inside it, and the dumps cannot say which;
+    ``culprits`` then names only ranks without a dump or with an empty one);
     ``calls``: what each member called there (``None`` where it called nothing);
     ``culprits``: the ranks that differ from the others (ranks with an empty dump first);
     ``group``, ``desc``: the process group's name and description (``"0"``, ``"default_pg"``);
-    ``empty_dumps``: ranks whose dump holds no entry at all; ``no_dumps``: ranks of the job that
-    left no dump (killed, or dead before they could write one).
+    ``empty_dumps``: ranks with no entry at all, whether their dump is empty or missing;
+    ``no_dumps``: those of them that left no dump (killed, or dead before writing one).
     """
 
     seq: int
@@ -285,7 +324,7 @@ class Mismatch:
         empty = "".join(
             f"rank(s) {ranks} left {what}; "
             for ranks, what in [
-                (self.no_dumps, "no dump (killed, or dead before it could write one)"),
+                (self.no_dumps, "no dump (killed, or dead before writing one)"),
                 ([r for r in self.empty_dumps if r not in self.no_dumps], "an empty dump (no collective recorded)"),
             ]
             if ranks
@@ -299,7 +338,10 @@ class Mismatch:
 
 def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mismatch | None:
     """The disagreement that started a hang, or None when every group's members agree on
-    everything recorded and no dump is empty.
+    everything recorded, no dump is empty or missing, and (NCCL's dumps, which say so) every
+    collective had completed when the dumps were written. A rank of the job (``ranks``) that
+    left no dump is named where the others wait for it; without ``ranks`` it cannot be, and a
+    warning says so where a group is short of a member.
 
     Each group is compared on its own (:func:`group_states`). Of the groups that disagree, the
     answer is the first (in the program's order, then by time) whose culprit waits in no other group: a rank
@@ -312,6 +354,11 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
     empty = sorted(set(job) - set(records["rank"].unique().tolist()))
     gone = sorted(set(job) - set(records.attrs.get("ranks") or job))
     states = group_states(records, job)
+    members_unknown_warning(records, states, ranks)
+    lost = _waited_for(collective_calls(records), group_members(records, job), set(gone)) if gone else None  # fmt: skip
+    if lost is not None:  # the killed rank counts as missing from #1 on: say where it was lost
+        desc = group_descriptions(records).get(lost["group"], "")
+        return Mismatch(lost["seq"], "missing", lost["calls"], empty, lost["group"], desc, empty, gone)  # fmt: skip
     bad = states[~states["state"].isin(["healthy", "members unknown"])].sort_values(
         ["root", "order", "since_ms"], ascending=[False, True, True]
     )

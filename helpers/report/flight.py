@@ -60,9 +60,12 @@ def hang_section(folders: set[Path], world: int | None) -> Section | None:
     if mismatch is None:
         return None
     chains = wait_chains(records, ranks)
+    dumps = len(records.attrs["ranks"])
+    of = f"{dumps} of the job's {world} ranks" if world and world != dumps else f"{dumps} ranks"
     text = [
-        f"The Flight Recorder's dumps beside the traces ({len(records.attrs['ranks'])} ranks) show "
-        f"a hang (lesson 12). It started at {mismatch}: look there first.",
+        f"The Flight Recorder's dumps beside the traces (from {of}) show a hang (lesson 12). "
+        "Where it started, as `first_mismatch` reads it; look there first:",
+        f"- {mismatch}.",
         "The waits, followed from group to group (a rank missing from one group's collective "
         "because it waits in another's is a waiter, not the cause):",
         *(f"- {chain}." for chain in chains),
