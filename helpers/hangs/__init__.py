@@ -7,7 +7,7 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
   :func:`group_states`), and :func:`first_mismatch` (a :class:`Mismatch`): the disagreement that
   started a hang, in a job of one group or of many.
 - ``chains``: :func:`wait_chains`, the hang followed from group to group: who waits where, for
-  whom, to the ranks where each chain ends.
+  whom, to the ranks where each chain ends; ``positions``: where each rank is (read by both).
 - ``analyser``: :func:`analyse_with_pytorch`, PyTorch's analyser run on checked copies of the
   dumps, its findings read back (an :class:`AnalyserVerdict`).
 - ``trace_groups``: :func:`with_groups_from_flight_records`, each gloo collective of a trace

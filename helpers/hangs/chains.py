@@ -13,9 +13,8 @@ from .groups import (
     group_states,
     job_ranks,
     members_unknown_warning,
-    unfinished,
-    where_ranks_are,
 )
+from .positions import Positions, positions, without_dumps
 
 __all__ = ["wait_chains"]
 
@@ -27,22 +26,30 @@ def _ranks(ranks: list[int]) -> str:
     return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
 
 
-def _where_rank_is(rank: int, at: tuple, seen: dict, waits: dict, gone: tuple, desc: dict) -> str:
-    """Where a rank that others wait for at ``at`` (group, sequence number, their call) is, as
-    the clause after its number (``seen``: what each rank called where; ``gone``: the ranks
-    that left no dump, and those whose dump is empty)."""
+def _where_rank_is(rank: int, place: tuple, seen: dict, waits: dict, gone: tuple, desc: dict) -> str:  # fmt: skip
+    """Where a rank that others wait for at ``place`` (group, sequence number, their call) is,
+    as the clause after its number (``seen``: what each rank called where; ``gone``: the ranks
+    that left no dump, and those with no entry)."""
     no_dump, empty = gone
     if rank in no_dump:
         return "which left no dump (killed, or dead before writing one)"
     if rank in empty:
         return "whose dump is empty (stuck before any collective)"
-    group, seq, call = at
+    group, seq, call = place
     if seen.get((rank, group, seq), call) != call:
         return f"which called {seen[(rank, group, seq)]} there"
     if waits.get(rank):
         group, seq, op = waits[rank][0]
         return f"which waits in group {group} ({desc.get(group) or 'no description'})'s {op} #{seq}"
     return "which never joined it"
+
+
+def _joined(at: Positions, member: int, row) -> bool:
+    """Whether ``member`` joined the collective of ``row`` (an entry of another rank): it called
+    the same there, and not only queued it behind an earlier one that did not complete (NCCL)."""
+    place = (member, row.group, row.seq)
+    queued = at.tracked and at.at.get(member) != (row.group, row.seq) and place not in at.done
+    return at.seen.get(place) == row.call and not queued
 
 
 def _plural(clause: str, ranks: int) -> str:
@@ -70,24 +77,14 @@ def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[s
     independent roots each have their sentence. An empty list: nobody waits for anybody, as far as
     the dumps show (without ``ranks``, a rank that left no dump is unseen: a warning says so)."""
     job = job_ranks(records, ranks)
-    with_dump = set(records.attrs.get("ranks") or records["rank"].unique().tolist())
-    gone = (set(job) - with_dump, with_dump - set(records["rank"].unique().tolist()))
-    calls = collective_calls(records)
+    gone = without_dumps(records, job)
     members, desc = group_members(records, job), group_descriptions(records)
-    seen = dict(zip(zip(calls["rank"], calls["group"], calls["seq"]), calls["call"]))
-    where = where_ranks_are(calls)
-    at = {int(r.rank): (r.group, r.seq) for r in where.itertuples()}
-    # a call NCCL only queued behind an earlier one that did not complete is not joined yet
-    queued = {(r.rank, r.group, r.seq) for r in calls.itertuples() if r.state == "scheduled" and unfinished(calls, r)}  # fmt: skip
-    waits = {}  # rank -> (where it waits: group, seq, op; the members that did not call it)
+    at = positions(collective_calls(records))
     members_unknown_warning(records, group_states(records, job), ranks)
-    for r in where.itertuples():
-        missing = [
-            m for m in members.get(r.group, [])
-            if seen.get((m, r.group, r.seq)) != r.call
-            or ((m, r.group, r.seq) in queued and at.get(m) != (r.group, r.seq))
-        ]  # fmt: skip
-        if missing or unfinished(calls, r):  # gloo's dumps never say a collective completed
+    waits = {}  # rank -> (where it waits: group, seq, op; the members that have not joined it)
+    for r in at.where.itertuples():
+        missing = [m for m in members.get(r.group, []) if not _joined(at, m, r)]
+        if missing or at.unfinished(r):  # gloo's dumps never say a collective completed
             waits[int(r.rank)] = ((r.group, int(r.seq), r.op.split(":")[-1]), missing)
     stuck: dict[tuple, list[int]] = {}
     for rank, (where, missing) in waits.items():
@@ -96,7 +93,7 @@ def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[s
     for ((group, seq, op), missing), waiting in stuck.items():
         clauses: dict[str, list[int]] = {}
         for rank in missing:
-            clause = _where_rank_is(rank, (group, seq, seen[(waiting[0], group, seq)]), seen, waits, gone, desc)  # fmt: skip
+            clause = _where_rank_is(rank, (group, seq, at.seen[(waiting[0], group, seq)]), at.seen, waits, gone, desc)  # fmt: skip
             clauses.setdefault(clause, []).append(rank)
         whom = "; and ".join(f"{_ranks(rs)}, {_plural(clause, len(rs))}" for clause, rs in clauses.items())  # fmt: skip
         verb = "waits" if len(waiting) == 1 else "wait"

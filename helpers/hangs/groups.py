@@ -26,6 +26,8 @@ from typing import Any
 
 import pandas as pd
 
+from .positions import Positions, positions, without_dumps
+
 __all__ = [
     "group_members",
     "group_descriptions",
@@ -164,7 +166,7 @@ def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.Da
     states["order"] = [
         program.get((row.desc, row.seq), len(program)) for row in states.itertuples()
     ]
-    stuck_in = _where_ranks_wait(calls, states)
+    stuck_in = _where_ranks_wait(positions(calls), states)
     states["culprits_waiting_in"] = [
         {r: stuck_in[r] for r in row.culprits if r in stuck_in and stuck_in[r] != row.group}
         for row in states.itertuples()
@@ -218,25 +220,12 @@ def _program_order(calls: pd.DataFrame) -> dict[tuple[str, int], int]:
     return {(d, int(s)): i for i, (d, s) in enumerate(zip(mine["group_desc"], mine["seq"]))}
 
 
-def where_ranks_are(calls: pd.DataFrame) -> pd.DataFrame:
-    """Each rank's collective where it is (rows of :func:`collective_calls`): with NCCL's
-    states, its first that did not complete (its last when all did; one queued behind it is not
-    where it waits); with gloo's, which never say, its last."""
-    ordered = calls.sort_values("created_ns", kind="stable")
-    if not ordered["state"].isin(["started", "completed"]).any():
-        return ordered.groupby("rank").tail(1)
-    open_ = ordered[(ordered["state"] != "completed").to_numpy()].groupby("rank").head(1)
-    done = ordered[~ordered["rank"].isin(open_["rank"]).to_numpy()].groupby("rank").tail(1)
-    return pd.concat([open_, done]).sort_values("created_ns", kind="stable")
-
-
 def members_unknown_warning(records: pd.DataFrame, states: pd.DataFrame, ranks: Any) -> None:
     """Warn, when the job's ranks were not given, that a group with fewer members than another of
     its description may hide a rank that left no dump (unless empty dumps explain it)."""
     sizes = states["ranks"].map(len)
     short = (sizes < sizes.groupby(states["desc"]).transform("max")).any()
-    empty = set(records.attrs.get("ranks") or ()) - set(records["rank"].unique().tolist())
-    if ranks is None and short and not empty:
+    if ranks is None and short and not without_dumps(records, job_ranks(records, None))[1]:
         warnings.warn(
             "some process groups have fewer members in these dumps than others of their kind: "
             "a rank may have left no dump (killed); give the job's ranks, "
@@ -245,15 +234,9 @@ def members_unknown_warning(records: pd.DataFrame, states: pd.DataFrame, ranks: 
         )
 
 
-def unfinished(calls: pd.DataFrame, row) -> bool:
-    """Whether the dumps say that ``row`` (an entry) never completed: NCCL's entries record
-    completion; gloo's stay "scheduled", and then nothing is said."""
-    return bool(calls["state"].isin(["started", "completed"]).any()) and row.state != "completed"
-
-
-def _where_ranks_wait(calls: pd.DataFrame, states: pd.DataFrame) -> dict[int, str]:
-    """``{rank: group}`` for each rank whose last collective is one its group disagrees on, or
-    one the dumps say never completed (so it is still waiting there)."""
+def _where_ranks_wait(at: Positions, states: pd.DataFrame) -> dict[int, str]:
+    """``{rank: group}`` for each rank whose collective where it is (``at``) is one its group
+    disagrees on, or one the dumps say never completed (so it is still waiting there)."""
     unresolved = {
         (row.group, row.seq)
         for row in states.itertuples()
@@ -261,32 +244,30 @@ def _where_ranks_wait(calls: pd.DataFrame, states: pd.DataFrame) -> dict[int, st
     }
     return {
         int(r.rank): r.group
-        for r in where_ranks_are(calls).itertuples()
-        if any(g == r.group and r.seq >= seq for g, seq in unresolved) or unfinished(calls, r)
+        for r in at.where.itertuples()
+        if any(g == r.group and r.seq >= seq for g, seq in unresolved) or at.unfinished(r)
     }
 
 
-def _waited_for(calls: pd.DataFrame, members: dict[str, list[int]], gone: set[int]) -> dict | None:
+def _waited_for(at: Positions, members: dict[str, list[int]], gone: set[int]) -> dict | None:
     """The earliest collective where a rank with a dump waits with a member in ``gone`` (ranks
     that left no dump), as ``group, seq, calls``: where the job lost them, as far as it shows."""
-    seen = dict(zip(zip(calls["rank"], calls["group"], calls["seq"]), calls["call"]))
-    for r in where_ranks_are(calls).itertuples():
+    for r in at.where.itertuples():
         in_group = members.get(r.group, [])
         if gone & set(in_group):
-            return {"group": r.group, "seq": int(r.seq), "calls": {m: seen.get((m, r.group, r.seq)) for m in in_group}}  # fmt: skip
+            return {"group": r.group, "seq": int(r.seq), "calls": {m: at.seen.get((m, r.group, r.seq)) for m in in_group}}  # fmt: skip
     return None
 
 
-def _never_completed(calls: pd.DataFrame, members: dict[str, list[int]]) -> dict | None:
-    """The earliest last collective that every member of its group called alike and that the
-    dumps say never completed (a rank failed or hangs inside it), as ``group, seq, calls``."""
-    where = where_ranks_are(calls)
-    at = {int(r.rank): (r.group, r.seq) for r in where.itertuples()}
-    for r in where.itertuples():
-        mine = calls[(calls["group"] == r.group) & (calls["seq"] == r.seq)]
-        called = dict(zip(mine["rank"], mine["call"]))
-        inside = all(called.get(m) == r.call and at.get(m) == (r.group, r.seq) for m in members.get(r.group, []))  # fmt: skip
-        if unfinished(calls, r) and inside:  # every member is in it, and it never completed
+def _never_completed(at: Positions, members: dict[str, list[int]]) -> dict | None:
+    """The earliest collective where a rank is that every member of its group is in too, having
+    called it alike, and that the dumps say never completed (a rank failed or hangs inside it),
+    as ``group, seq, calls``."""
+    for r in at.where.itertuples():
+        place = (r.group, r.seq)
+        called = {m: at.seen.get((m, *place)) for m in members.get(r.group, [])}
+        inside = all(c == r.call and at.at.get(m) == place for m, c in called.items())
+        if at.unfinished(r) and inside:
             return {"group": r.group, "seq": int(r.seq), "calls": called}
     return None
 
@@ -351,11 +332,11 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
     ranks: the ranks of the job (default: every rank with a dump, from ``records.attrs``).
     """
     job = job_ranks(records, ranks)
-    empty = sorted(set(job) - set(records["rank"].unique().tolist()))
-    gone = sorted(set(job) - set(records.attrs.get("ranks") or job))
+    gone, empty = without_dumps(records, job)
     states = group_states(records, job)
     members_unknown_warning(records, states, ranks)
-    lost = _waited_for(collective_calls(records), group_members(records, job), set(gone)) if gone else None  # fmt: skip
+    at, members = positions(collective_calls(records)), group_members(records, job)
+    lost = _waited_for(at, members, set(gone)) if gone else None
     if lost is not None:  # the killed rank counts as missing from #1 on: say where it was lost
         desc = group_descriptions(records).get(lost["group"], "")
         return Mismatch(lost["seq"], "missing", lost["calls"], empty, lost["group"], desc, empty, gone)  # fmt: skip
@@ -363,7 +344,7 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
         ["root", "order", "since_ms"], ascending=[False, True, True]
     )
     if bad.empty or not bad.iloc[0]["root"]:
-        stuck = _never_completed(collective_calls(records), group_members(records, job))
+        stuck = _never_completed(at, members)
         if stuck is not None:
             desc = group_descriptions(records).get(stuck["group"], "")
             return Mismatch(stuck["seq"], "never completed", stuck["calls"], empty, stuck["group"], desc, empty, gone)  # fmt: skip

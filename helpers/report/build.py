@@ -38,7 +38,7 @@ from ..traces import (
 )
 from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, missing_ranks, stream_waits_unseen
-from .flight import HANG, hang_section, with_groups_from_dumps
+from .flight import HANG, hang_section, records_beside, with_groups_from_dumps
 from .held import HELD, held_section_of
 from .sections import (
     PIPELINE_TITLE,
@@ -198,6 +198,7 @@ class _Read:
     summary: RunSummary | None = None  # read rank by rank: what was kept of each rank
     read: list[Path] = field(default_factory=list)  # the trace files whose events are here
     merged: Path | None = None  # the trace written for Perfetto, when asked for
+    records: pd.DataFrame | None = None  # the Flight Recorder's dumps beside the traces
 
 
 def _header_facts(headers: Sequence[TraceHeader]) -> dict:
@@ -221,7 +222,9 @@ def _read_whole(
         run = load_run(ranks, strict=not skip_bad, progress=progress, cache=False)
         events, headers, skipped = run.events, run.headers, run.skipped
         merged = merge_traces(run, merged) if merged is not None else None
-        events = with_groups_from_dumps(events, {Path(h.path).parent for h in headers})
+    records = records_beside({Path(h.path).parent for h in headers}, warn=True)
+    if len(headers) > 1 or merged is not None:
+        events = with_groups_from_dumps(events, records)
     return _Read(
         events,
         time_per_kind(events),
@@ -229,6 +232,7 @@ def _read_whole(
         skipped=skipped,
         read=sorted({Path(h.path) for h in headers}),
         merged=merged,
+        records=records,
     )
 
 
@@ -257,7 +261,8 @@ def _read_rank_by_rank(
             skipped.append((err.path, err.problem))
     events = pd.concat([summary.steps, summary.collectives], ignore_index=True)
     facts = _header_facts(summary.headers)
-    return _Read(events, summary.kind_ms, **facts, skipped=skipped, summary=summary, read=summary.files)  # fmt: skip
+    records = records_beside({Path(f).parent for f in summary.files})
+    return _Read(events, summary.kind_ms, **facts, skipped=skipped, summary=summary, read=summary.files, records=records)  # fmt: skip
 
 
 def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
@@ -284,8 +289,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
     missing = len(missing_ranks(ranks, read.world))
     said = {title for title, _ in failed}  # sections whose figures could not be read
     sections: list[Section | None] = []
-    folders = {f.parent for f in read.read}
-    sections.append(_guarded(HANG, failed, hang_section, folders, read.world))
+    sections.append(_guarded(HANG, failed, hang_section, read.records, read.world))
     if critical and has_steps and STEP_TITLE not in said:
         sections.append(_guarded(HELD, failed, held_section_of, events, read.summary, times, names, read.world))  # fmt: skip
     if STEP_TITLE not in said:
@@ -304,7 +308,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
         ranks=ranks,
         world_size=read.world,
         has_steps=has_steps,
-        folders=len(folders),
+        folders=len({f.parent for f in read.read}),
         gpu_without_launch=read.gpu_without_launch,
         skipped=[(show_path(p), why) for p, why in read.skipped],
         notes=_notes(caught),

@@ -37,22 +37,21 @@ def records_beside(folders: set[Path], warn: bool = False) -> pd.DataFrame | Non
         return None
 
 
-def with_groups_from_dumps(events: pd.DataFrame, folders: set[Path]) -> pd.DataFrame:
+def with_groups_from_dumps(events: pd.DataFrame, records: pd.DataFrame | None) -> pd.DataFrame:
     """``events`` with each gloo collective's process group taken from the dumps beside the
-    traces, when there are some (:func:`records_beside`). Unchanged without them."""
+    traces (``records``, :func:`records_beside`), when there are some. Unchanged without them."""
     gloo = events["name"].astype(str).str.startswith("gloo:") & events["seq"].isna()
-    if not gloo.any():
+    if records is None or not gloo.any():
         return events
-    records = records_beside(folders, warn=True)
-    return events if records is None else with_groups_from_flight_records(events, records)
+    return with_groups_from_flight_records(events, records)
 
 
-def hang_section(folders: set[Path], world: int | None) -> Section | None:
-    """The hang the dumps beside the traces show, or None when their groups all agree (or there
-    are none): the disagreement that started it (:func:`helpers.first_mismatch`), then each
-    wait followed from group to group (:func:`helpers.wait_chains`). ``world``: the job's size,
-    so that a rank that left no dump is named."""
-    records = records_beside(folders)
+def hang_section(records: pd.DataFrame | None, world: int | None) -> Section | None:
+    """The hang the dumps beside the traces show (``records``, :func:`records_beside`), or None
+    when their groups all agree (or there are none): the disagreement that started it
+    (:func:`helpers.first_mismatch`), then each wait followed from group to group
+    (:func:`helpers.wait_chains`). ``world``: the job's size, so that a rank that left no dump
+    is named."""
     if records is None:
         return None
     ranks = list(range(world)) if world else None
