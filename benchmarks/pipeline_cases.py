@@ -1,8 +1,9 @@
 """Benchmark: the critical path and the what-if through a pipeline's sends and receives (issue 48).
 Every figure is measured in this one run.
 
-Each case runs a three-stage pipeline on gloo (``pipeline_job.py``, six micro-batches) twice: with
-one stage slowed by a sleep in every forward (``slow_layer``), and without the delay. From the
+Each case runs a three-stage pipeline on gloo (lesson 13's ``pipeline_job.py``, six micro-batches,
+the stages' own work none) twice: with one stage slowed by a sleep in every forward (in a
+``record_function`` of its own, ``slow_layer``), and without the delay. From the
 first run's traces: the share of the slowed op's time that the critical path puts on that stage
 (target: at least 80 %), and ``what_if`` without ``slow_layer`` against the second run's median
 step (target: within 15 %). Then the bubble of three stages of equal work, measured
@@ -25,9 +26,9 @@ sys.path.insert(0, str(REPO))
 from repeated import run_cases  # noqa: E402
 
 from helpers import critical_path, load_run, stage_waits, step_times, what_if  # noqa: E402
-from helpers.jobs import launch  # noqa: E402
+from helpers.jobs import launch, script_from_lesson  # noqa: E402
 
-JOB = REPO / "benchmarks" / "pipeline_job.py"
+SCRIPT, LESSON = "pipeline_job.py", "13_pipelines.ipynb"
 #: Per case: the schedule, the slowed stage and its delay (ms per micro-batch's forward).
 CASES = {
     "1F1B, stage 1 slowed 20 ms": ("1f1b", 1, 20),
@@ -35,16 +36,23 @@ CASES = {
 }
 
 
+def job(root: Path) -> Path:
+    """The lesson's pipeline script in ``root``, written from the lesson the first time."""
+    if not (root / SCRIPT).exists():
+        script_from_lesson(SCRIPT, LESSON, dest=root)
+    return root / SCRIPT
+
+
 def measure(name: str, schedule: str, stage: int, delay_ms: float, root: Path) -> dict:
     """One case: the path's share of the delay on the slowed stage, the what-if without it and
     the run measured without it."""
-    args = ["--schedule", schedule, "--slow-stage", str(stage)]
+    args = ["--schedule", schedule, "--slow-rank", str(stage), "--delay-name", "slow_layer", "--work-ms", "0"]  # fmt: skip
     slowed, fixed = (
         launch(
-            JOB,
+            job(root),
             3,
             experiment=f"{schedule}{i}",
-            args=[*args, "--slow-ms", str(ms)],
+            args=[*args, "--delay-ms", str(ms)],
             echo=False,
             traces_root=root,
         )  # fmt: skip
@@ -74,7 +82,7 @@ def bubbles(microbatches: list[int], root: Path, schedule: str = "gpipe") -> pd.
     rows = []
     for m in microbatches:
         args = ["--schedule", schedule, "--microbatches", str(m), "--work-ms", "10"]
-        run = launch(JOB, 3, experiment=f"bubble{m}", args=args, echo=False, traces_root=root)
+        run = launch(job(root), 3, experiment=f"bubble{m}", args=args, echo=False, traces_root=root)  # fmt: skip
         waits = stage_waits(load_run(run.run_dir, cache=False).events)
         share = float(waits.groupby("rank")["share"].median().median())
         rows.append({"schedule": schedule, "micro-batches": m, "textbook %": round(100 * 2 / (m + 2), 1),

@@ -5,7 +5,7 @@ the wrong arguments, the unchanged starter code), accepts the right answer, and 
 malformed one with a hint instead of an exception. Every exercise of every lesson has a check,
 a check cell, and a worked solution that calls the same check and passed it.
 
-Each lesson's wrong answers are a table (``WRONG_1`` ... ``WRONG_13``): a row names the wrong
+Each lesson's wrong answers are a table (``WRONG_1`` ... ``WRONG_14``): a row names the wrong
 answer, the evidence it was found from and the reason the hint must give, and one test runs
 every row. A wrong answer whose evidence is built for it alone is a test of its own.
 
@@ -560,8 +560,33 @@ def sharded_straggler(lesson_run) -> RunRecord:
     return dataclasses.replace(lesson_run("fsdp-straggler"), experiment="hidden-straggler")
 
 
+@pytest.fixture(scope="module")
+def hidden_slow_stage(tmp_path_factory) -> RunRecord:
+    """Exercise 13.1's run: launch_with_a_hidden_straggler chose stage 2, 110 ms a forward."""
+    args = ["--microbatches", "4", "--slow-rank", "2", "--delay-ms", "110"]
+    run = fake_run(tmp_path_factory.mktemp("slow-stage"), "pipeline_job.py", args=args, nproc=3)
+    run.experiment = "hidden-straggler"
+    return run
+
+
+@pytest.fixture(scope="module")
+def gpipe_at_4(tmp_path_factory) -> RunRecord:
+    """Exercise 13.2's run: a real GPipe run of lesson 13's pipeline_job.py, 3 stages and 4
+    micro-batches (its traces from tests/data: a bubble of 35.1 % and steps of 214 ms)."""
+    args = ["--schedule", "gpipe", "--microbatches", "4"]
+    run = fake_run(tmp_path_factory.mktemp("gpipe-4"), "pipeline_job.py", args=args, nproc=3)
+    for found in (REPO / "tests" / "data" / "pipeline-gpipe-4").glob("rank*.json.gz"):
+        (run.run_dir / found.name).write_bytes(found.read_bytes())
+    return run
+
+
+#: A right prediction for 4 micro-batches: the textbook's bubble, 2 / (4 + 2), and 6 slots of the
+#: 36 ms that one took in the lesson's run of 6 micro-batches (288 ms over 8 slots).
+PREDICTED_AT_4 = {"microbatches": 4, "bubble_pct": 100 * 2 / 6, "step_ms": 6 * 36}
+
+
 def few_ranks_run(folder: Path, slowed: int) -> RunRecord:
-    """Exercise 13.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
+    """Exercise 14.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
     args = ["--profile-ranks", "0,1", "--slow-rank", str(slowed), "--delay-ms", "80"]
     run = fake_run(folder, "train_ddp.py", args=args, nproc=3)
     run.experiment = "hidden-straggler"
@@ -644,6 +669,8 @@ def right_evidence(
     half_work_predicted,
     hidden_stall,
     mesh_straggler,
+    hidden_slow_stage,
+    gpipe_at_4,
     tmp_path_factory,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
@@ -696,11 +723,13 @@ def right_evidence(
             {"stragglers": {"1": None, "2": 3, "3": 2, "4": 3}, "delay_ms": 40},
             {"run": mesh_straggler},
         ),
-        "13.1": (
+        "13.1": ({"stage": 2, "delay_ms": 110.4}, {"run": hidden_slow_stage}),
+        "13.2": (PREDICTED_AT_4, {"run": gpipe_at_4}),
+        "14.1": (
             {"straggler": "not profiled", "delay_ms": 80},
             {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)},
         ),
-        "13.2": ([0, 12, 20, 21, 28], {}),
+        "14.2": ([0, 12, 20, 21, 28], {}),
     }
 
 
@@ -1290,70 +1319,137 @@ def test_a_wrong_set_of_stragglers_in_12_2_gets_one_hint_whatever_the_group(mesh
 # -------------------------------------------------------------------------- lesson 13
 
 WRONG_13 = [
-    wrong("13.2", "more ranks than the budget", [0, 8, 20, 21, 24, 25, 26], "at most 6"),
-    wrong("13.2", "without the rank tuesday named", [0, 8, 16, 24, 28], "points at one rank"),
-    wrong("13.2", "without a neighbour on its machine", [0, 12, 20, 28], "or its whole machine"),
-    wrong("13.2", "a machine left out", [0, 20, 21, 24], "machine 1 (ranks 8-15) has no rank"),
-    wrong("13.2", "without rank 0", [1, 8, 20, 21, 24], "rank 0"),
-    wrong("13.2", "a rank twice", [0, 12, 16, 20, 20, 28], "each once"),
+    wrong("13.1", "a stage that waits for the slow one", {"stage": 1, "delay_ms": 110},
+          "a stage that waits is not the slow one", run=Given("hidden_slow_stage")),
+    wrong("13.1", "the delay per step, not per forward", {"stage": 2, "delay_ms": 440},
+          "the delay is off", run=Given("hidden_slow_stage")),
+    wrong("13.1", "the slow forward's whole length", {"stage": 2, "delay_ms": 120},
+          "compare the slow stage's forward spans with another stage's",
+          run=Given("hidden_slow_stage")),
+    wrong("13.1", "the delay in seconds", {"stage": 2, "delay_ms": 0.11}, "not seconds",
+          run=Given("hidden_slow_stage")),
+    wrong("13.1", "no delay", {"stage": 2}, "answer with a dict", run=Given("hidden_slow_stage")),
+    wrong("13.2", "the bubble over m slots, not m + p - 1", {**PREDICTED_AT_4, "bubble_pct": 50},
+          "the bubble is off", run=Given("gpipe_at_4")),
+    wrong("13.2", "the bubble as a fraction", {**PREDICTED_AT_4, "bubble_pct": 1 / 3},
+          "not as a fraction", run=Given("gpipe_at_4")),
+    wrong("13.2", "a step of m slots", {**PREDICTED_AT_4, "step_ms": 4 * 36},
+          "the step time is off", run=Given("gpipe_at_4")),
+    wrong("13.2", "the lesson's step, unchanged", {**PREDICTED_AT_4, "step_ms": 288},
+          "the step time is off", run=Given("gpipe_at_4")),
+    wrong("13.2", "a count the lesson ran", {**PREDICTED_AT_4, "microbatches": 6},
+          "did not run", run=Given("gpipe_at_4")),
+    wrong("13.2", "a prediction for another count than the run's",
+          {**PREDICTED_AT_4, "microbatches": 5}, "--microbatches was 4", run=Given("gpipe_at_4")),
+    wrong("13.2", "no step time", {"microbatches": 4, "bubble_pct": 33}, "predict {",
+          run=Given("gpipe_at_4")),
 ]  # fmt: skip
 
 
-def test_13_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
+def test_13_1_rejects_a_pipeline_run_that_is_not_the_hidden_one(hidden_slow_stage):
+    run = dataclasses.replace(hidden_slow_stage, experiment="pipeline-slow")
+    said = evaluate("13.1", {"stage": 2, "delay_ms": 110}, run=run)
+    assert rejected(said, "launch_with_a_hidden_straggler(3")
+
+
+def test_a_wrong_stage_in_13_1_gets_one_hint_whatever_the_stage(hidden_slow_stage):
+    hints = {
+        evaluate("13.1", {"stage": stage, "delay_ms": 110}, run=hidden_slow_stage)[1]
+        for stage in (0, 1)
+    }
+    assert len(hints) == 1
+
+
+def test_no_single_guess_of_13_1_passes_more_than_one_draw_in_five():
+    from helpers.exercises import hidden, lesson13
+    from helpers.exercises.common import close
+
+    delays = hidden.STRAGGLER_DELAYS_MS
+    passed = [
+        sum(close(guess / 10, delay, *lesson13.DELAY_TOLERANCE) for delay in delays)
+        for guess in range(0, 3000)  # every guess from 0 to 300 ms, in steps of 0.1 ms
+    ]
+    assert max(passed) == 1  # and the stage, one of three, on top
+
+
+def test_13_2_rejects_a_run_of_the_other_schedule(gpipe_at_4):
+    run = dataclasses.replace(gpipe_at_4, args=["--schedule", "1f1b", "--microbatches", "4"])
+    assert rejected(evaluate("13.2", PREDICTED_AT_4, run=run), "--schedule was 1f1b")
+
+
+def test_13_2_rejects_a_run_with_a_slowed_stage(gpipe_at_4):
+    args = [*gpipe_at_4.args, "--slow-rank", "1", "--delay-ms", "20"]
+    run = dataclasses.replace(gpipe_at_4, args=args)
+    assert rejected(evaluate("13.2", PREDICTED_AT_4, run=run), "--slow-rank was 1")
+
+
+# -------------------------------------------------------------------------- lesson 14
+
+WRONG_14 = [
+    wrong("14.2", "more ranks than the budget", [0, 8, 20, 21, 24, 25, 26], "at most 6"),
+    wrong("14.2", "without the rank tuesday named", [0, 8, 16, 24, 28], "points at one rank"),
+    wrong("14.2", "without a neighbour on its machine", [0, 12, 20, 28], "or its whole machine"),
+    wrong("14.2", "a machine left out", [0, 20, 21, 24], "machine 1 (ranks 8-15) has no rank"),
+    wrong("14.2", "without rank 0", [1, 8, 20, 21, 24], "rank 0"),
+    wrong("14.2", "a rank twice", [0, 12, 16, 20, 20, 28], "each once"),
+]  # fmt: skip
+
+
+def test_14_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
     assert accepted(
-        evaluate("13.1", {"straggler": 2, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2))
+        evaluate("14.1", {"straggler": 2, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2))
     )
 
 
-def test_13_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
+def test_14_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
     assert rejected(
-        evaluate("13.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2)),
+        evaluate("14.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2)),
         "every rank profiled waits",
     )
 
 
-def test_13_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
+def test_14_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
     assert accepted(
-        evaluate("13.1", {"straggler": 1, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
+        evaluate("14.1", {"straggler": 1, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
     )
 
 
-def test_13_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
+def test_14_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
     said = evaluate(
-        "13.1", {"straggler": "not profiled", "delay_ms": 80}, run=few_ranks_run(tmp_path, 1)
+        "14.1", {"straggler": "not profiled", "delay_ms": 80}, run=few_ranks_run(tmp_path, 1)
     )
     assert rejected(said, "whose data loading stands out")
 
 
-def test_13_1_rejects_the_other_profiled_rank(tmp_path):
-    said = evaluate("13.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
+def test_14_1_rejects_the_other_profiled_rank(tmp_path):
+    said = evaluate("14.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
     assert rejected(said, "whose data loading stands out")
 
 
 @pytest.mark.parametrize("slowed", [1, 2], ids=["profiled", "not profiled"])
-def test_13_1_rejects_the_right_straggler_with_a_delay_a_quarter_off(tmp_path, slowed):
+def test_14_1_rejects_the_right_straggler_with_a_delay_a_quarter_off(tmp_path, slowed):
     straggler = slowed if slowed == 1 else "not profiled"
     said = evaluate(
-        "13.1", {"straggler": straggler, "delay_ms": 100}, run=few_ranks_run(tmp_path, slowed)
+        "14.1", {"straggler": straggler, "delay_ms": 100}, run=few_ranks_run(tmp_path, slowed)
     )
     assert rejected(said, "the delay is off")
 
 
-def test_13_1_wants_the_straggler_and_the_delay(tmp_path):
-    assert rejected(evaluate("13.1", 1, run=few_ranks_run(tmp_path, 1)), "answer with a dict")
+def test_14_1_wants_the_straggler_and_the_delay(tmp_path):
+    assert rejected(evaluate("14.1", 1, run=few_ranks_run(tmp_path, 1)), "answer with a dict")
 
 
-def test_13_1_refuses_a_job_profiled_on_every_rank(tmp_path):
+def test_14_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
     run.experiment = "hidden-straggler"
-    assert rejected(evaluate("13.1", {"straggler": 1, "delay_ms": 80}, run=run), "--profile-ranks")
+    assert rejected(evaluate("14.1", {"straggler": 1, "delay_ms": 80}, run=run), "--profile-ranks")
 
 
-def test_13_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
-    assert accepted(evaluate("13.2", [0, 12, 20, 21, 28]))
+def test_14_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
+    assert accepted(evaluate("14.2", [0, 12, 20, 21, 28]))
 
 
-def test_13_2_history_names_one_rank_and_no_neighbour_of_it():
+def test_14_2_history_names_one_rank_and_no_neighbour_of_it():
     from helpers import past_reports
 
     history = past_reports()
@@ -1366,7 +1462,7 @@ def test_13_2_history_names_one_rank_and_no_neighbour_of_it():
 @pytest.mark.parametrize(
     "exercise, answer, evidence, hint",
     [*WRONG_1, *WRONG_2, *WRONG_3, *WRONG_4, *WRONG_5, *WRONG_6, *WRONG_7, *WRONG_8, *WRONG_9,
-     *WRONG_10, *WRONG_11, *WRONG_12, *WRONG_13],
+     *WRONG_10, *WRONG_11, *WRONG_12, *WRONG_13, *WRONG_14],
 )  # fmt: skip
 def test_each_wrong_answer_in_the_tables_is_rejected_with_its_reason(
     exercise, answer, evidence, hint, request

@@ -4,7 +4,7 @@ order, or set it themselves.
 
 - :func:`anonymise_traces` (exercise 3.2): a run's trace files get names that say nothing; the
   old names are kept in the run folder (``renamed.json``).
-- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 13.1): a run with one rank slowed,
+- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 13.1, 14.1): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
 - :func:`launch_with_a_hidden_stall` (12.1): a hung run of a 2x2 mesh, one rank stalled at one
   step, both chosen at random (kept in the run's manifest, as its arguments).

@@ -1,154 +1,109 @@
-"""The checks of lesson 13's exercises (``notebooks/13_your_own_job.ipynb``; worked in
-``solutions/13_solutions.ipynb``): a job of 3 ranks profiled on 2, one rank slowed at random
-(:func:`helpers.launch_with_a_hidden_straggler`), diagnosed from its report alone: the slowed
-rank, or ``"not profiled"`` when the report shows that the ranks profiled all wait for another,
-and its delay;
-and the ranks to profile of a job of 4 machines of 8 GPUs, 6 at most, worked out from what its
-last two runs' reports said (:func:`past_reports`)."""
+"""The checks of lesson 13's exercises (``notebooks/13_pipelines.ipynb``; worked in
+``solutions/13_solutions.ipynb``): the stage of a pipeline slowed at random and its delay per
+forward, read from the traces (the delay is in no span of its own); and the bubble and the step
+time of a pipeline at a number of micro-batches the lesson did not run, predicted, then
+compared with the learner's own run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
+from ..analysis import stage_waits, step_times
+from ..traces import load_run
+from .common import Check, arguments, close, is_run, number, whole, wrong_run
+from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
 
-from .common import TRAIN_DDP_SCRIPT, Check, arguments, close, is_run, number, whole, whole_numbers
-from .hidden import DELAY_TOLERANCE, HIDDEN_STRAGGLER_EXPERIMENT
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PIPELINE_SCRIPT"]
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "NOT_PROFILED", "past_reports"]
+#: Lesson 13's pipeline of stages, one per rank.
+PIPELINE_SCRIPT = "pipeline_job.py"
+SCRIPTS = (PIPELINE_SCRIPT,)
+FLAGS = ("--schedule", "--microbatches", "--slow-rank", "--delay-ms", "--work-ms")
+_LAUNCH_13_1 = (
+    'launch_with_a_hidden_straggler(3, args=["--microbatches", "4"], script="pipeline_job.py")'
+)
+#: How close 13.1's delay must be: a twentieth of it, or 3 ms. Read as the slow stage's median
+#: forward less another stage's, it comes within 1 ms; the slow forward's whole length (the
+#: stage's own 10 ms of work on top) is refused.
+DELAY_TOLERANCE = (0.05, 3.0)
+#: The micro-batch counts the lesson ran (13.2 asks for another).
+LESSON_MICROBATCHES = (2, 6, 12)
+#: How close 13.2's predictions must come: the bubble in percentage points (the lesson's own
+#: tolerance against the textbook), the step time as a share of the measured one.
+BUBBLE_POINTS, STEP_SHARE = 5.0, 0.15
 
-SCRIPTS = (TRAIN_DDP_SCRIPT,)
-FLAGS = ("--profile-ranks", "--slow-rank", "--delay-ms")
-#: The answer when the straggler is one of the ranks that left no trace.
-NOT_PROFILED = "not profiled"
-_LAUNCH = 'launch_with_a_hidden_straggler(3, common + ["--profile-ranks", "0,1"], delays_ms=(300, 400, 500))'  # fmt: skip
 
-
-def _profiled(run: Any) -> list[int] | None:
-    """The ranks a run of train_ddp.py profiled, when it profiled only some of them."""
-    chosen = str(arguments(run).get("--profile-ranks", "all"))
-    if chosen == "all":
-        return None
-    ranks = [whole(r) for r in chosen.split(",")]
-    return sorted(r for r in ranks if r is not None)
-
-
-def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
-    """13.1: ``{"straggler": rank or "not profiled", "delay_ms": ms}``: the slowed rank of a job
-    profiled on some of its ranks (or "not profiled" when it left no trace), and its delay per
-    step to within :data:`DELAY_TOLERANCE`. A blind guess passes one run in nine."""
-    hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
-    profiled = _profiled(run) if is_run(run) else None
+def _the_slow_stage(answer: Any, run: Any) -> tuple[bool, str]:
+    """13.1: ``{"stage": rank, "delay_ms": ms}`` of a pipeline with one stage's forwards slowed
+    at random, the delay in no span of its own."""
     given = arguments(run) if is_run(run) else {}
-    slowed, delay = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms"))
-    if not hidden or run.script != TRAIN_DDP_SCRIPT or profiled is None or slowed is None:
-        return False, f"launch the job with {_LAUNCH} and hand the check that run"
-    unprofiled = sorted(set(range(run.world_size)) - set(profiled))
-    shape = f'answer with a dict {{"straggler": a rank or "{NOT_PROFILED}", "delay_ms": ...}}'
-    if not isinstance(answer, dict) or set(answer) != {"straggler", "delay_ms"}:
-        return False, shape
-    straggler = answer["straggler"]
-    said = straggler.strip().lower() if isinstance(straggler, str) else whole(straggler)
-    if said is None or (isinstance(said, str) and said != NOT_PROFILED):
-        return False, shape
-    if slowed in profiled and said != slowed:
+    slow, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
+    hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
+    if not hidden or run.script != PIPELINE_SCRIPT or slow is None or slow < 0 or not delay_ms:
+        return False, f"launch the run with {_LAUNCH_13_1} and hand the check that run"
+    if not isinstance(answer, dict) or {"stage", "delay_ms"} - set(answer):
+        return False, 'answer with a dict {"stage": ..., "delay_ms": ...}'
+    if whole(answer["stage"]) != slow:
         return False, (
-            "not that: one rank profiled takes far longer to load its batches than the other "
-            "(time per kind), or none does; whose data loading stands out?"
+            "not that stage: a stage that waits is not the slow one. Follow the path: "
+            "path_summary(critical_path(events), 'rank') says which stage holds it, and "
+            "path_summary(..., 'name') with what"
         )
-    if slowed not in profiled and not (said == NOT_PROFILED or said == slowed == unprofiled[0]):
+    said = number(answer["delay_ms"])
+    if said is not None and close(said * 1000, delay_ms, *DELAY_TOLERANCE):
+        return False, "the stage is right; give the delay in ms, not seconds"
+    if said is None or not close(said, delay_ms, *DELAY_TOLERANCE):
         return False, (
-            "every rank profiled waits and none loads its batches slowly: none of them is the one "
-            "they wait for. Read the report's section 'What the traces cannot tell', after what held the steps"
+            "the stage is right; the delay is off: it is per forward, inside the `forward k` "
+            "spans, so compare the slow stage's forward spans with another stage's (medians)"
         )
-    if delay is None or number(answer["delay_ms"]) is None or not close(number(answer["delay_ms"]), delay, *DELAY_TOLERANCE):  # fmt: skip
-        return False, (
-            "the straggler is right; the delay is off: per step, a profiled straggler's data "
-            "loading (time per kind, over the steps profiled), else the waiting of the rank "
-            "profiled that waits least (the others also wait for each other on shared cores)"
-        )
-    if slowed in profiled:
-        return True, f"rank {slowed}: profiled, and its batches are {delay:g} ms slow"
     return True, (
-        f"rank {slowed} was slowed by {delay:g} ms and left no trace: the ranks profiled "
-        f"({profiled}) all wait for it, which is how a report of a few ranks points outside them"
+        f"stage {slow}'s forwards were slowed by {delay_ms:g} ms each; you read {said:g} ms "
+        "from its traces alone"
     )
 
 
-#: Exercise 13.2's job: machines, ranks per machine, how many ranks may be profiled this time.
-MACHINES, PER_MACHINE, BUDGET = 4, 8, 6
-#: What the reports of the job's last two runs said, each profiled on a few ranks: per run, its
-#: median step (ms) and each profiled rank's median waiting per step (ms). On Monday every rank
-#: profiled waited two fifths of a step and none stood out: the rank they waited for left no
-#: trace. On Tuesday rank 20 waited least by far: the straggler, or its machine (16-23), where
-#: Monday profiled no rank.
-_REPORTS = {
-    "monday": (482.0, {0: 205.1, 1: 201.7, 8: 198.4, 24: 202.9}),
-    "tuesday": (476.0, {0: 201.3, 12: 207.2, 20: 8.6, 28: 199.0}),
-}
-#: The rank Tuesday's report named as the straggler.
-_SUSPECT = 20
-
-
-def past_reports() -> pd.DataFrame:
-    """Exercise 13.2's history: what the reports of a job's last two runs said, one row per run
-    and rank profiled: ``run, rank, machine, median step (ms), median waiting per step (ms)``.
-    The job runs on 4 machines of 8 ranks each (ranks 0-7 on machine 0, 8-15 on machine 1...)."""
-    rows = [
-        {
-            "run": run,
-            "rank": rank,
-            "machine": rank // PER_MACHINE,
-            "median step (ms)": step,
-            "median waiting per step (ms)": waiting,
-        }  # fmt: skip
-        for run, (step, waits) in _REPORTS.items()
-        for rank, waiting in waits.items()
-    ]
-    return pd.DataFrame(rows)
-
-
-def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
-    """13.2: at most BUDGET ranks of MACHINES x PER_MACHINE, planned from past_reports(): a rank
-    on every machine, rank 0, the rank Tuesday named and a neighbour of it on its machine."""
-    world = MACHINES * PER_MACHINE
-    ranks = whole_numbers(answer)
-    if ranks is None or not ranks:
-        return False, "answer with a list of ranks, e.g. [0, 5, 9]"
-    if len(set(ranks)) != len(ranks) or not all(0 <= r < world for r in ranks):
-        return False, f"ranks are 0 to {world - 1}, each once"
-    if len(ranks) > BUDGET:
-        return False, f"at most {BUDGET} ranks: every trace costs the job time and someone reading"
-    if _SUSPECT not in ranks:
+def _the_bubble_predicted(prediction: Any, run: Any) -> tuple[bool, str]:
+    """13.2: ``{"microbatches": m, "bubble_pct": %, "step_ms": ms}`` predicted for a GPipe run
+    at a count the lesson did not run, then compared with that run's measures."""
+    if not isinstance(prediction, dict) or {"microbatches", "bubble_pct", "step_ms"} - set(
+        prediction
+    ):
+        return False, 'predict {"microbatches": ..., "bubble_pct": ..., "step_ms": ...}'
+    m = whole(prediction["microbatches"])
+    if m is None or m < 1 or m in LESSON_MICROBATCHES:
+        return False, "choose a number of micro-batches the lesson did not run (not 2, 6 or 12)"
+    wanted = {"--schedule": "gpipe", "--microbatches": str(m)}
+    defaults = {"--work-ms": "10", "--slow-rank": "-1"}
+    problem = wrong_run(run, PIPELINE_SCRIPT, wanted, defaults=defaults, nproc=3)
+    if problem:
+        return False, problem
+    events = load_run(run).events
+    bubble = 100 * float(stage_waits(events).groupby("rank")["share"].median().median())
+    step_ms = float(step_times(events).median(axis=1).median())
+    said_bubble, said_step = number(prediction["bubble_pct"]), number(prediction["step_ms"])
+    if said_bubble is not None and 0 < said_bubble < 1:
+        return False, "give the bubble in % of the step (25 for a quarter), not as a fraction"
+    if said_bubble is None or abs(said_bubble - bubble) > BUBBLE_POINTS:
         return False, (
-            "past_reports() points at one rank: in one run a rank waits far less than every "
-            "other rank profiled, so the others wait for it. Profile it again"
+            f"the bubble is off (your run: more than {BUBBLE_POINTS:g} points away): count, in "
+            "the lesson's drawing of the schedules, the slots a stage is idle and the slots "
+            "the step lasts"
         )
-    machine = _SUSPECT // PER_MACHINE
-    if not any(r // PER_MACHINE == machine and r != _SUSPECT for r in ranks):
-        first = machine * PER_MACHINE
+    if said_step is None or not close(said_step, step_ms, STEP_SHARE, 0.0):
         return False, (
-            f"is it rank {_SUSPECT}, or its whole machine (ranks {first}-{first + PER_MACHINE - 1})? "
-            "No run has profiled another rank of that machine: add a neighbour, and the next "
-            "report tells"
+            f"the bubble is right; the step time is off (more than {STEP_SHARE:.0%} from your "
+            "run's): a step lasts as many slots as the drawing shows, each slot one forward "
+            "and one backward with their transfers; time a slot from the lesson's runs"
         )
-    bare = [m for m in range(MACHINES) if not any(r // PER_MACHINE == m for r in ranks)]
-    if bare:
-        first = bare[0] * PER_MACHINE
-        return False, (
-            f"machine {bare[0]} (ranks {first}-{first + PER_MACHINE - 1}) has no rank profiled: "
-            "a slow machine slows all its ranks alike, and only a rank of it can show it"
-        )
-    if 0 not in ranks:
-        return False, "rank 0 often does extra work (logging, checkpoints): profile it"
     return True, (
-        f"{sorted(ranks)}: rank {_SUSPECT}, which Tuesday's report named, a neighbour on its "
-        "machine to tell a slow rank from a slow machine, every machine, and rank 0"
+        f"your run of {m} micro-batches: a bubble of {bubble:.1f} % (you said "
+        f"{said_bubble:g}) and steps of {step_ms:.0f} ms (you said {said_step:g})"
     )
 
 
 #: Lesson 13's checks, by exercise number.
 CHECKS: dict[str, Check] = {
-    "13.1": _the_straggler_from_a_report,
-    "13.2": _ranks_to_profile,
+    "13.1": _the_slow_stage,
+    "13.2": _the_bubble_predicted,
 }
