@@ -1392,6 +1392,7 @@ WRONG_14 = [
     wrong("14.2", "a machine left out", [0, 20, 21, 24], "machine 1 (ranks 8-15) has no rank"),
     wrong("14.2", "without rank 0", [1, 8, 20, 21, 24], "rank 0"),
     wrong("14.2", "a rank twice", [0, 12, 16, 20, 20, 28], "each once"),
+    wrong("14.2", "not the last run's ranks", [0, 8, 20, 21, 24], "keep the last run's ranks"),
 ]  # fmt: skip
 
 

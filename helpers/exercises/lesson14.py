@@ -88,6 +88,8 @@ _REPORTS = {
 }
 #: The rank Tuesday's report named as the straggler.
 _SUSPECT = 20
+#: The run the next one compares with, rank by rank: the last.
+_LAST_RUN = "tuesday"
 
 
 def past_reports() -> pd.DataFrame:
@@ -110,7 +112,8 @@ def past_reports() -> pd.DataFrame:
 
 def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
     """14.2: at most BUDGET ranks of MACHINES x PER_MACHINE, planned from past_reports(): a rank
-    on every machine, rank 0, the rank Tuesday named and a neighbour of it on its machine."""
+    on every machine, rank 0, the rank Tuesday named and a neighbour of it on its machine, and
+    the ranks Tuesday profiled (they fit the budget), so that the two runs compare."""
     world = MACHINES * PER_MACHINE
     ranks = whole_numbers(answer)
     if ranks is None or not ranks:
@@ -141,9 +144,15 @@ def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
         )
     if 0 not in ranks:
         return False, "rank 0 often does extra work (logging, checkpoints): profile it"
+    if not set(_REPORTS[_LAST_RUN][1]) <= set(ranks):
+        return False, (
+            "two runs compare only on the ranks both profiled: keep the last run's ranks "
+            "(past_reports()), the budget has room for them"
+        )
     return True, (
         f"{sorted(ranks)}: rank {_SUSPECT}, which Tuesday's report named, a neighbour on its "
-        "machine to tell a slow rank from a slow machine, every machine, and rank 0"
+        "machine to tell a slow rank from a slow machine, every machine, rank 0, and "
+        "Tuesday's ranks, so that the runs compare"
     )
 
 
