@@ -26,6 +26,7 @@ __all__ = [
     "spelled",
     "whole",
     "whole_numbers",
+    "wrong_delay",
     "wrong_run",
 ]
 
@@ -183,3 +184,23 @@ def close(value: float, truth: float, relative: float, absolute: float) -> bool:
         absolute: the tolerance in ``truth``'s unit.
     """
     return abs(value - truth) <= max(absolute, relative * abs(truth))
+
+
+def wrong_delay(said: float | None, delay_ms: float, tolerance: tuple[float, float], right: str, off: str) -> str | None:  # fmt: skip
+    """Whether a hidden delay was read right (exercises 4.2, 10.2, 13.1).
+
+    Args:
+        said: the learner's delay in ms (``None``: not a number).
+        delay_ms: the delay the exercise hid.
+        tolerance: (relative, absolute), as :func:`close` takes them.
+        right: what the answer got right, to open the hint ("the straggler is right").
+        off: where to read the delay, for a delay that is off.
+
+    Returns:
+        ``None`` for a right delay, else the hint: the delay given in seconds, or ``off``.
+    """
+    if said is not None and close(said * 1000, delay_ms, *tolerance):
+        return f"{right}; give the delay in ms, not seconds"
+    if said is None or not close(said, delay_ms, *tolerance):
+        return f"{right}; the delay is off: {off}"
+    return None

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..analysis import shift_ranks
 from ..jobs import BackgroundRun, LaunchError, RunRecord, launch
-from .common import TRAIN_DDP_SCRIPT, arguments, close, is_run, number, whole
+from .common import TRAIN_DDP_SCRIPT, arguments, is_run, number, whole, wrong_delay
 
 __all__ = [
     "RENAMED_FILE",
@@ -221,14 +221,12 @@ def judge_hidden_straggler(
             "(find_straggler's names=), where a late batch shows, or see whose data loading grew"
         )
     said = number(answer["delay_ms"])
-    if said is not None and close(said * 1000, delay_ms, *DELAY_TOLERANCE):
-        return False, "the straggler is right; give the delay in ms, not seconds"
-    if said is None or not close(said, delay_ms, *DELAY_TOLERANCE):
-        return False, (
-            "the straggler is right; the delay is off: read it within this run, e.g. its "
-            "data-loading time per step against the others', or how much longer the other "
-            "ranks wait than it does in the collective it reaches late"
-        )
+    hint = wrong_delay(said, delay_ms, DELAY_TOLERANCE, "the straggler is right", (
+        "read it within this run, e.g. its data-loading time per step against the others', "
+        "or how much longer the other ranks wait than it does in the collective it reaches late"
+    ))  # fmt: skip
+    if hint:
+        return False, hint
     return True, (
         f"rank {slow_rank} was slowed by {delay_ms:g} ms per batch; you read "
         f"{said:g} ms from its traces alone"

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..analysis import stage_waits, step_times
 from ..traces import load_run
-from .common import Check, arguments, close, is_run, number, whole, wrong_run
+from .common import Check, arguments, close, is_run, number, whole, wrong_delay, wrong_run
 from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PIPELINE_SCRIPT"]
@@ -49,13 +49,12 @@ def _the_slow_stage(answer: Any, run: Any) -> tuple[bool, str]:
             "critical path spend its time on?"
         )
     said = number(answer["delay_ms"])
-    if said is not None and close(said * 1000, delay_ms, *DELAY_TOLERANCE):
-        return False, "the stage is right; give the delay in ms, not seconds"
-    if said is None or not close(said, delay_ms, *DELAY_TOLERANCE):
-        return False, (
-            "the stage is right; the delay is off: it is per forward and has no span of its "
-            "own. How much longer are that stage's forward spans than another stage's?"
-        )
+    hint = wrong_delay(said, delay_ms, DELAY_TOLERANCE, "the stage is right", (
+        "it is per forward and has no span of its own. How much longer are that stage's "
+        "forward spans than another stage's?"
+    ))  # fmt: skip
+    if hint:
+        return False, hint
     return True, (
         f"stage {slow}'s forwards were slowed by {delay_ms:g} ms each; you read {said:g} ms "
         "from its traces alone"
