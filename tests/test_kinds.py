@@ -41,6 +41,8 @@ def test_communication_is_drawn_on_top_and_containers_behind():
         ("aten::rand", "", "compute"),  # the legacy profiler leaves the category out
         ("gloo:all_reduce", "user_annotation", "communication"),
         ("c10d::allreduce_", "cpu_op", "communication"),
+        ("_c10d_functional::all_reduce", "cpu_op", "communication"),  # DTensor's, issued
+        ("_c10d_functional::wait_tensor", "cpu_op", "communication"),  # and waited for
         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", "communication"),
         ("rpc_async#udf(worker0 -> worker1)", "user_annotation", "communication"),
         ("rpc_async#udf(worker0 -> worker1)#remote_op: aten::mul", "", "compute"),

@@ -40,7 +40,7 @@ from ..jobs.runs import CACHE_DIR, show_path
 #: Bump when the loader's columns, their meaning or the kinds change: every cached load made
 #: by an older loader is then ignored. (A change to the loader's source does it as well, see
 #: :func:`_loader_fingerprint`; the number says it on purpose.)
-LOADER_VERSION = 9  # 9: a send's and a receive's peer and tag; 8: what a cuda_sync event waited for; 7: a GPU copy of a step is no step; 6: a process group with its ranks; 5: a thread named twice keeps its own name
+LOADER_VERSION = 10  # 10: functional collectives are communication; 9: a send's and a receive's peer and tag; 8: what a cuda_sync event waited for; 7: a GPU copy of a step is no step; 6: a process group with its ranks; 5: a thread named twice keeps its own name
 KEEP = 4  # cache files kept per folder (the most recent)
 STALE_AFTER_S = 600  # a temporary file this old was left by a writer that died
 #: The modules that make a frame (their source is part of the key), from helpers/.

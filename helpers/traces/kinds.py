@@ -74,7 +74,7 @@ GPU_COPY_CATEGORIES: frozenset[str] = frozenset({"gpu_user_annotation"})
 
 # collectives (gloo:, nccl:, c10d::), NCCL kernels, and RPC calls (not the remote ops they cause)
 _COMMUNICATION = (
-    r"(?i)^(?:nccl|gloo|c10d|mpi)[:_]|^record_param_comms$|nccl(?:Dev)?Kernel"
+    r"(?i)^_?(?:nccl|gloo|c10d|mpi)[:_]|^record_param_comms$|nccl(?:Dev)?Kernel"
     r"|^ProcessGroup|^rpc_(?:async|sync|remote)#(?!.*#remote_op)"
 )
 
@@ -104,7 +104,8 @@ KINDS: tuple[Kind, ...] = (
         "#d55e00",
         10,
         names=_COMMUNICATION,
-        recognised_by="collectives (gloo:, nccl:, c10d::, NCCL kernels) and RPC calls",
+        recognised_by="collectives (gloo:, nccl:, c10d::, NCCL kernels), functional ones and their "
+        "waits (_c10d_functional::, as DTensor issues them) and RPC calls",
     ),
     Kind(
         "optimizer",
