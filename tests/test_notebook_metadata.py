@@ -98,3 +98,27 @@ def test_the_html_of_make_run_gives_every_figure_its_alternative_text(tmp_path):
     images = re.findall(r"<img [^>]*>", html)
     assert images and all("alt=" in img and "No description" not in img for img in images)
     assert "Alternative text is missing" not in done.stderr
+
+
+#: Scripts whose lines the recordings point at (stack samples, dumps of stacks, source lines of
+#: the profiler's Python events): rewrapping them would move every line the lessons read back.
+LINES_RECORDED = {
+    ("03_ddp_under_torchrun.ipynb", "train_ddp.py"),
+    ("08_when_a_job_hangs.ipynb", "hang.py"),
+    ("09_look_inside_a_running_job.ipynb", "live_train.py"),
+}
+CODE_WIDTH = 88  # what the site's code box shows without scrolling sideways
+
+
+def test_the_code_of_every_lesson_and_solution_fits_the_sites_code_box():
+    wide = []
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            script = re.match(r"%%writefile (\S+)", source)
+            if cell["cell_type"] != "code" or (script and (path.name, script[1]) in LINES_RECORDED):
+                continue
+            wide += [
+                f"{path.name}: {line}" for line in source.splitlines() if len(line) > CODE_WIDTH
+            ]
+    assert wide == [], f"{len(wide)} lines wider than {CODE_WIDTH} characters"
