@@ -148,6 +148,13 @@ BUILDERS = {
         ("wake-up", "thread 1"),
         {("r0 gloo:all_reduce.end", "r0 gap.end", 5)},
     ),
+    "wake-up: a functional collective's wait ends when gloo's thread ends the collective": (
+        {0: [step(0, 1000), op("_c10d_functional::all_reduce", 0, 50),
+             op("gloo:all_reduce", 60, 700, tid=GLOO, cat="user_annotation"),
+             op("_c10d_functional::wait_tensor", 100, 665), op("aten::add", 800, 200)]},
+        ("wake-up", "thread 1"),
+        {("r0 gloo:all_reduce.end", "r0 _c10d_functional::wait_tensor.end", 5)},
+    ),
     "wake-up: an end 4 ms before a gap's end is too far to wake it": (
         {0: [step(0, 20_000), op("aten::mm", 0, 100), op("aten::relu", 2_000, 14_000, tid=GLOO),
              op("aten::add", 20_000 - 1, 1)]},

@@ -38,12 +38,21 @@ import numpy as np
 import pandas as pd
 
 from ..traces.kinds import event_names
-from .graph import DEPENDENCIES, UNTRACED, UNTRACED_NAME, own_reason, segment_kind
+from .graph import (
+    DEPENDENCIES,
+    UNTRACED,
+    UNTRACED_NAME,
+    dependency_names,
+    own_reason,
+    segment_kind,
+)
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
 
-_COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank"]  # fmt: skip
+_COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank", "waited_for"]  # fmt: skip
+#: The waits that another lane of the rank ended (the path's evidence names what ended them).
+_WOKEN = dependency_names(lambda d: not (d.own_time or d.collective) and d.segment_kind is not None)  # fmt: skip
 
 
 def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
@@ -61,7 +70,9 @@ def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFra
     collective not started yet), ``queue`` (a worker lane busy with earlier work), ``wake-up``
     (a thread resuming after what it waited for), ``stream wait`` (a GPU stream held until
     another stream's work ended); ``to_rank``: where the path goes on after a transfer when
-    that is another rank (else ``<NA>``).
+    that is another rank (else ``<NA>``); ``waited_for``: for a wake-up, a launch or a stream
+    wait, what ended the wait, as ``name · rank · lane`` (the segment lasts from that end to
+    the wait's: the closer, the surer the rule), else ``""``.
 
     The rules are in the module's docstring. Raises ValueError without the windows asked for."""
     return path_of(lane_intervals(events, window=window), events)
@@ -107,9 +118,28 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
             "dur_us": raw["end"] - raw["start"],
             "reason": reason,
             "to_rank": raw["to_rank"].astype("Int64"),
+            "waited_for": _waited_for(walker, raw, event_names(events)),
         }
     )
     return path[_COLUMNS]
+
+
+def _waited_for(walker: PathWalker, raw: pd.DataFrame, names: pd.Series) -> list[str]:
+    """Per segment of a wait that another lane ended (:data:`_WOKEN`: a wake-up, a launch, a
+    stream wait), what ended it, as ``"gloo:all_reduce · rank 0 · thread 812
+    (pt_gloo_runloop)"``: the evidence of the rule, whose segment lasts from that end to the
+    wait's (the few µs between); ``""`` for the others."""
+    table = walker.lanes.lanes
+    out = [""] * len(raw)
+    woken = np.flatnonzero(raw["reason"].isin(_WOKEN).to_numpy())
+    for i, lane, end in zip(woken, raw["lane_id"].to_numpy()[woken], raw["end"].to_numpy()[woken]):
+        row = walker.row_at(int(lane), float(end))
+        source = walker.source[row] if row >= 0 else -1
+        if source >= 0:
+            label, at = walker.label[source], walker.lane_of[source]
+            name = names.get(label, UNTRACED_NAME) if label >= 0 else UNTRACED_NAME
+            out[i] = f"{name} · rank {table.at[at, 'rank']} · {table.at[at, 'lane']}"
+    return out
 
 
 class PathWalker:

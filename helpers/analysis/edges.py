@@ -12,8 +12,9 @@ Each interval's end is decided by one rule, found in this order; the first that 
    event, the other stream's work that the event followed (``stream wait``); ``queue`` where
    all of them had ended before the gap began (the lane's own idle time, as measured), its own
    time where none is found;
-3. on a thread, a gap, an annotation with nothing under it or a CUDA call that can block
-   (:data:`SYNC_CALLS`): ``wake-up`` where a waker ended close to its end
+3. on a thread, a gap, an annotation with nothing under it, a CUDA call that can block
+   (:data:`SYNC_CALLS`) or a collective's wait (:data:`WAIT_CALLS`): ``wake-up`` where a waker
+   ended close to its end
    (:func:`.wakers.find_wakers`: for a CUDA call, GPU work launched before it; for the others,
    an event on another CPU thread of the rank: a thread outside a CUDA call does not wait for
    the GPU), else its own time (``untraced`` for a gap);
@@ -46,6 +47,7 @@ from .wakers import (
 
 __all__ = [
     "SYNC_CALLS",
+    "WAIT_CALLS",
     "Ground",
     "Built",
     "graph_of",
@@ -87,6 +89,9 @@ class Built:
 #: synchronisations, a copy (to pageable host memory even ``cudaMemcpyAsync`` returns only once
 #: the copy is done), and a launch (it blocks while the stream's launch queue is full).
 SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy(?:Async)?$|^cu(?:da)?LaunchKernel(?:ExC)?$"
+#: Ops that block their thread until a collective issued earlier has ended on another lane: a
+#: functional collective's wait (DTensor's, tensor parallelism's).
+WAIT_CALLS = r"^_?c10d_functional::wait_tensor$"
 
 
 def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
@@ -99,8 +104,9 @@ def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
     has, at = pos >= 0, np.maximum(pos, 0)
     annotation = has & (ev["kind"] == "annotation").to_numpy()[at]
     sync = has & name_matches(ev, SYNC_CALLS)[at]
+    waits = has & name_matches(ev, WAIT_CALLS)[at]
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
-    may_wait = ~has | annotation | sync
+    may_wait = ~has | annotation | sync | waits
     own = np.where(has, _OWN.index("work"), _OWN.index("untraced"))  # what is left: its own time
     decided = np.zeros(len(iv), dtype=bool)
     parts: list[Edges] = []

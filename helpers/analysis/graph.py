@@ -26,8 +26,9 @@ name):
 - ``queue``: a worker lane's gap before an event issued earlier: the lane's previous event held
   it;
 - ``wake-up``: a thread that waited (a gap, an annotation with nothing under it, a CUDA
-  synchronisation) until something on another lane of its rank ended: its *waker* (gloo's
-  thread finishing a collective, the autograd thread's op, a kernel), the few µs between;
+  synchronisation, a functional collective's ``wait_tensor``) until something on another lane
+  of its rank ended: its *waker* (gloo's thread finishing a collective, the autograd thread's
+  op, a kernel), the few µs between;
 - ``stream wait``: a GPU stream's gap until the work on another stream that it was made to
   wait for ended (``cudaStreamWaitEvent`` on a CUDA event recorded after that work; the trace
   says so with ``enable_cuda_sync_events``);
