@@ -3,12 +3,15 @@ timelines mean, in one picture."""
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.transforms import offset_copy
 
 from ..analysis.graph import dependency_names
 from ..traces.kinds import KIND_NAMES
@@ -22,6 +25,10 @@ PATH_COLOUR = "#000000"
 #: last at least this share of the step (shorter ones are drawn as part of the line).
 _DOTTED = dependency_names(lambda d: d.dotted)
 DOTTED_FROM = 0.01
+#: The figure is read at the width of a page (the site's column, the report's): drawn that wide,
+#: so that nothing is scaled down, with letters of this size (points).
+WIDTH_INCHES = 8.0
+FONT = 10
 
 
 def _strokes(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, dotted: np.ndarray) -> list[tuple]:
@@ -65,31 +72,45 @@ def plot_critical_path(
     mine = path[path["step"] == step].sort_values("start_us")
     if mine.empty:
         raise ValueError(f"step={step}: the path has no segment in that step; its steps: {sorted(path['step'].unique())}")  # fmt: skip
-    fig = plot_rank_timeline(events, step=step, lanes=True, ax=ax, title=title)
-    ax = fig.axes[0] if ax is None else ax
     drawable = events[events["kind"].isin([k for k in KIND_NAMES if k != "other"])]
-    rows = timeline_rows(events, drawable, True, None, "rank")[0]
+    rows, _, _, height, _ = timeline_rows(events, drawable, True, None, "rank")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(WIDTH_INCHES, 1.6 + 0.45 * height))
+    fig = plot_rank_timeline(events, step=step, lanes=True, ax=ax, title=title)
     origin = float((events["start_us"] - events["rel_us"]).iloc[0])
     x0 = (mine["start_us"].to_numpy() - origin) / 1e3
     x1 = (mine["end_us"].to_numpy() - origin) / 1e3
     y = np.array([rows.get((r, lane), np.nan) for r, lane in zip(mine["rank"], mine["lane"])])
     y = y + 0.92  # just under the lane's bars, in the gap before the next lane
-    outline = [patheffects.withStroke(linewidth=5, foreground="white")]
+    outline = [patheffects.withStroke(linewidth=6.5, foreground="white")]
     visible = DOTTED_FROM * (x1.max() - x0.min())
     dotted = mine["reason"].isin(_DOTTED).to_numpy() & (x1 - x0 > visible)
     for a, b, height, style in _strokes(x0, x1, y, dotted):
-        ax.plot([a, b], [height, height], style, color=PATH_COLOUR, linewidth=3,
+        ax.plot([a, b], [height, height], style, color=PATH_COLOUR, linewidth=4,
                 path_effects=outline, solid_capstyle="butt", zorder=5)  # fmt: skip
     ranks = mine["rank"].to_numpy()
     for i in range(1, len(mine)):
         if y[i] != y[i - 1] and not np.isnan(y[i] + y[i - 1]):
-            ax.plot([x1[i - 1], x0[i]], [y[i - 1], y[i]], color=PATH_COLOUR, linewidth=1.2,
+            ax.plot([x1[i - 1], x0[i]], [y[i - 1], y[i]], color=PATH_COLOUR, linewidth=1.6,
                     path_effects=outline, zorder=5)  # fmt: skip
         if ranks[i] != ranks[i - 1]:
-            ax.plot([x0[i]], [y[i]], marker="D", markersize=7, color=PATH_COLOUR,
+            ax.plot([x0[i]], [y[i]], marker="D", markersize=8, color=PATH_COLOUR,
                     markeredgecolor="white", zorder=6)  # fmt: skip
     _legend_with_path(ax, dotted.any(), bool((ranks[1:] != ranks[:-1]).any()))
+    _legible(ax)
     return fig
+
+
+def _legible(ax: plt.Axes) -> None:
+    """Letters of :data:`FONT` points, lanes named short (``python 21823``, ``gloo 21829``
+    for ``thread 21823 (python)``, ``thread 21829 (pt_gloo_runloop)``)."""
+    short = [re.sub(r"thread (\d+) \((?:pt_)?(\w+?)(?:_runloop)?\)", r"\2 \1", t.get_text())
+             for t in ax.get_yticklabels()]  # fmt: skip
+    ax.set_yticks(ax.get_yticks(), short, fontsize=FONT - 1)
+    ax.tick_params(axis="x", labelsize=FONT - 1)
+    ax.xaxis.label.set_fontsize(FONT)
+    ax.title.set_fontsize(FONT + 1)
+    ax.figure.tight_layout()
 
 
 def _legend_with_path(ax: plt.Axes, dotted: bool, changes_rank: bool) -> None:
@@ -102,5 +123,8 @@ def _legend_with_path(ax: plt.Axes, dotted: bool, changes_rank: bool) -> None:
     if changes_rank:
         extra.append((Line2D([], [], color=PATH_COLOUR, marker="D", linestyle="", markeredgecolor="white"), "path changes rank"))  # fmt: skip
     items = kinds + extra
-    ax.legend([h for h, _ in items], [t for _, t in items], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)  # fmt: skip
+    # under the x axis's numbers and label
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-3.6 * FONT, units="points")
+    ax.legend([h for h, _ in items], [t for _, t in items], loc="upper center",
+              bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=5, fontsize=FONT - 1,
+              frameon=False)  # fmt: skip
