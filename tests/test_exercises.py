@@ -718,7 +718,10 @@ def right_evidence(
             half_work_predicted,
             {"slow": lesson_run("overlap-40"), "half": half_work},
         ),
-        "12.1": ({"group": "2", "seq": 3, "rank": 3}, {"run": hidden_stall}),
+        "12.1": (
+            {"group": "2", "seq": 3, "rank": 3, "waiting": {2: "2", 0: "3", 1: "4"}},
+            {"run": hidden_stall},
+        ),
         "12.2": (
             {"stragglers": {"1": None, "2": 3, "3": 2, "4": 3}, "delay_ms": 40},
             {"run": mesh_straggler},
@@ -1261,18 +1264,30 @@ def test_11_2_says_how_close_the_prediction_and_the_subtraction_came(half_eviden
 
 # -------------------------------------------------------------------------- lesson 12
 
+#: Where the other ranks wait in exercise 12.1's run (rank 3 stalled before tp collective 3).
+WAITING = {"waiting": {2: "2", 0: "3", 1: "4"}}
+
 WRONG_12 = [
-    wrong("12.1", "its partner, which waits", {"group": "2", "seq": 3, "rank": 2}, "victim",
-          run=Given("hidden_stall")),
-    wrong("12.1", "its dp group, where it is missing too", {"group": "4", "seq": 3, "rank": 3},
+    wrong("12.1", "its partner, which waits", {"group": "2", "seq": 3, "rank": 2, **WAITING},
+          "victim", run=Given("hidden_stall")),
+    wrong("12.1", "its dp group, where it is missing too", {"group": "4", "seq": 3, "rank": 3, **WAITING},
           "missing there too", run=Given("hidden_stall")),
-    wrong("12.1", "a group it is not in", {"group": "1", "seq": 3, "rank": 3},
-          "first_mismatch(records).group", run=Given("hidden_stall")),
-    wrong("12.1", "the count across groups", {"group": "2", "seq": 5, "rank": 3},
+    wrong("12.1", "a group it is not in", {"group": "1", "seq": 3, "rank": 3, **WAITING},
+          "waits in no other group", run=Given("hidden_stall")),
+    wrong("12.1", "the count across groups", {"group": "2", "seq": 5, "rank": 3, **WAITING},
           "across both of its groups", run=Given("hidden_stall")),
-    wrong("12.1", "the collective before", {"group": "2", "seq": 2, "rank": 3},
+    wrong("12.1", "the collective before", {"group": "2", "seq": 2, "rank": 3, **WAITING},
           "own sequence number", run=Given("hidden_stall")),
-    wrong("12.1", "no group", {"seq": 3, "rank": 3}, "answer with a dict",
+    wrong("12.1", "no group", {"seq": 3, "rank": 3, **WAITING}, "answer with a dict",
+          run=Given("hidden_stall")),
+    wrong("12.1", "no waiting ranks", {"group": "2", "seq": 3, "rank": 3}, "answer with a dict",
+          run=Given("hidden_stall")),
+    wrong("12.1", "the stalled rank said to wait", {"group": "2", "seq": 3, "rank": 3,
+          "waiting": {3: "2", 2: "2", 0: "3", 1: "4"}}, "waits nowhere", run=Given("hidden_stall")),
+    wrong("12.1", "a waiting rank left out", {"group": "2", "seq": 3, "rank": 3,
+          "waiting": {2: "2", 0: "3"}}, "each of ranks [0, 1, 2]", run=Given("hidden_stall")),
+    wrong("12.1", "rank 0 said to wait in its tp group", {"group": "2", "seq": 3, "rank": 3,
+          "waiting": {2: "2", 0: "1", 1: "4"}}, "rank 0 does not wait in group 1",
           run=Given("hidden_stall")),
     wrong("12.2", "a straggler in the group that waits for nobody",
           {"stragglers": {"1": 0, "2": 3, "3": 2, "4": 3}, "delay_ms": 40},

@@ -36,9 +36,20 @@ def _groups_of(run: Any) -> tuple[dict[str, list[int]], dict[str, str]] | str:
     return group_members(records), group_descriptions(records)
 
 
+def _where_the_others_wait(
+    stalled: int, tp: str, members: dict[str, list[int]], descs: dict[str, str]
+) -> dict[int, str]:
+    """Where each rank but the stalled one waits: its tp partner in their tp group; the other
+    tp pair, which finished that all-reduce, each in its dp group (with a rank of the first)."""
+    partner = next(r for r in members[tp] if r != stalled)
+    dp = {r: g for g, ranks in members.items() if descs.get(g) == "dp" for r in ranks}
+    return {r: (tp if r == partner else dp[r]) for r in range(4) if r != stalled}
+
+
 def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
-    """12.1: ``{"group": name, "seq": n, "rank": r}`` of a hidden stall: the tp group of the
-    stalled rank, the group's own number of the collective it never called, and the rank."""
+    """12.1: ``{"group": name, "seq": n, "rank": r, "waiting": {rank: group}}`` of a hidden
+    stall: the tp group of the stalled rank, the group's own number of the collective it never
+    called, the rank, and the group where each other rank waits."""
     given = arguments(run) if is_run(run) else {}
     stalled, step = whole(given.get("--bug-rank", -1)), whole(given.get("--bug-step", -1))
     if not is_run(run) or run.experiment != HIDDEN_STALL_EXPERIMENT or stalled is None:
@@ -48,8 +59,8 @@ def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
         return False, found
     members, descs = found
     tp = next(g for g, ranks in members.items() if stalled in ranks and descs.get(g) == "tp")
-    if not isinstance(answer, dict) or {"group", "seq", "rank"} - set(answer):
-        return False, 'answer with a dict {"group": ..., "seq": ..., "rank": ...}'
+    if not isinstance(answer, dict) or {"group", "seq", "rank", "waiting"} - set(answer):
+        return False, 'answer with a dict {"group": ..., "seq": ..., "rank": ..., "waiting": ...}'
     rank, seq, group = whole(answer["rank"]), whole(answer["seq"]), str(answer["group"])
     if rank != stalled:
         return False, (
@@ -63,7 +74,8 @@ def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
             f"rank {stalled} is missing there too, but it stopped before its tp all-reduce, "
             "which comes first in each step"
             if in_dp
-            else "not that group: first_mismatch(records).group names it"
+            else "not that group: the hang began in the group whose missing rank waits in no "
+            "other group (section 2)"
         )
     if seq == 2 * step - 1:
         return False, (
@@ -72,7 +84,30 @@ def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
         )
     if seq != step:
         return False, f"not that collective: group {tp}'s own sequence number where it parts"
-    return True, f"rank {stalled} stopped before collective {step} of its tp group {tp}"
+    expected = _where_the_others_wait(stalled, tp, members, descs)
+    return _the_others_wait(
+        answer["waiting"], stalled, expected, f"collective {step} of its tp group {tp}"
+    )
+
+
+def _the_others_wait(
+    waiting: Any, stalled: int, expected: dict[int, str], began: str
+) -> tuple[bool, str]:
+    """12.1's last part: ``{rank: group}`` for every rank but the stalled one."""
+    said = {whole(r): str(g) for r, g in waiting.items()} if isinstance(waiting, dict) else {}
+    if stalled in said:
+        return False, f"rank {stalled} waits nowhere: it stopped; say where the other three wait"
+    if set(said) != set(expected):
+        return False, f'"waiting": a dict of the group each of ranks {sorted(expected)} waits in'
+    for rank, group in sorted(said.items()):
+        if group != expected[rank]:
+            return False, (
+                f"rank {rank} does not wait in group {group}: a rank waits in the collective of "
+                "its last entry in the dumps (group_states(records) lists each group's waiting "
+                "ranks)"
+            )
+    where = ", ".join(f"rank {r} in group {g}" for r, g in sorted(expected.items()))
+    return True, f"rank {stalled} stopped before {began}; {where}"
 
 
 def _stragglers_per_group(answer: Any, run: Any) -> tuple[bool, str]:
