@@ -196,9 +196,9 @@ def test_ranks_that_called_different_collectives_each_wait_for_the_other_first()
     # lesson 12's mesh_job.py --bug different: rank 3 broadcasts where rank 2 all-reduces
     chains = wait_chains(load_flight_records(REPO / "tests" / "data" / "mesh-hang" / "different"))
     assert chains[:2] == [
-        "rank 3 waits in group 2 (tp)'s broadcast #3 for rank 2, which called gloo:all_reduce "
-        "[[64, 8]] there",
         "rank 2 waits in group 2 (tp)'s all_reduce #3 for rank 3, which called gloo:broadcast "
+        "[[64, 8]] there",
+        "rank 3 waits in group 2 (tp)'s broadcast #3 for rank 2, which called gloo:all_reduce "
         "[[64, 8]] there",
     ]
     assert all("which waits in group 2 (tp)" in c for c in chains[2:])

@@ -103,4 +103,5 @@ def wait_chains(records: pd.DataFrame, ranks: list[int] | None = None) -> list[s
             sentence = f"{_ranks(sorted(waiting))} {verb} in {where}, which every member called and which never completed: a rank failed or hangs inside it (its stack, or the network, says which)"  # fmt: skip
         ends = not missing or any(not clause.startswith("which waits") for clause in clauses)
         said.append((not ends, sentence))
-    return [sentence for _, sentence in sorted(said, key=lambda x: x[0])]
+    # the ends first; each part in the order of its words, not of the dumps' clocks
+    return [sentence for _, sentence in sorted(said)]
