@@ -73,9 +73,9 @@ def plot_critical_path(
     if mine.empty:
         raise ValueError(f"step={step}: the path has no segment in that step; its steps: {sorted(path['step'].unique())}")  # fmt: skip
     drawable = events[events["kind"].isin([k for k in KIND_NAMES if k != "other"])]
-    rows, _, _, height, _ = timeline_rows(events, drawable, True, None, "rank")
+    rows, _, _, lanes_tall, _ = timeline_rows(events, drawable, True, None, "rank")
     if ax is None:
-        _, ax = plt.subplots(figsize=(WIDTH_INCHES, 1.6 + 0.45 * height))
+        _, ax = plt.subplots(figsize=(WIDTH_INCHES, 1.6 + 0.45 * lanes_tall))
     fig = plot_rank_timeline(events, step=step, lanes=True, ax=ax, title=title)
     origin = float((events["start_us"] - events["rel_us"]).iloc[0])
     x0 = (mine["start_us"].to_numpy() - origin) / 1e3
