@@ -157,6 +157,9 @@ class PathWalker:
         binding = graph.binding[1::2]  # each interval's end: the edge that decided it
         dependency = graph.dependency[binding]
         self.dependency = dependency.tolist()
+        #: the same as arrays, for the walks that read many rows at once
+        self.arrays = {"start": iv["start_us"].to_numpy(), "label": iv["event"].to_numpy()}
+        self.arrays["dependency"] = dependency
         source = graph.source[binding]  # the node it waited for
         self.there = graph.time[source].tolist()  # when that node happened
         self.source = (source // 2).tolist()  # the interval of that node

@@ -256,10 +256,14 @@ def binding_edges(source, target, dependency, lag, time, rank) -> np.ndarray:
     binding = np.full(len(time), -1, dtype=np.int64)
     if not len(source):
         return binding
-    arrival = time[source] + lag
+    alone = np.bincount(target, minlength=len(time))[target] == 1  # most nodes: one edge
+    binding[target[alone]] = np.flatnonzero(alone)
+    edges = np.flatnonzero(~alone)  # the others' edges, in their order
+    source, target = source[edges], target[edges]
+    arrival = time[source] + lag[edges]
     other_rank = (rank[source] != rank[target]).astype(np.int64)
-    chosen = latest(arrival, target, other_rank, dependency.astype(np.int64))
-    binding[target[chosen]] = chosen
+    chosen = latest(arrival, target, other_rank, dependency[edges].astype(np.int64))
+    binding[target[chosen]] = edges[chosen]
     return binding
 
 

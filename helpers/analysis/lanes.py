@@ -86,8 +86,9 @@ def lane_intervals(
         ValueError: there is no such window.
     """
     steps = window_steps(events, window)
-    window = steps.groupby("rank", observed=True).agg(lo=("start_us", "min"), hi=("end_us", "max"))
-    copies = events["cat"].astype(str).isin(GPU_COPY_CATEGORIES).to_numpy()
+    by_rank = steps.groupby("rank", observed=True)
+    window = pd.DataFrame({"lo": by_rank["start_us"].min(), "hi": by_rank["end_us"].max()})
+    copies = events["cat"].isin(GPU_COPY_CATEGORIES).to_numpy()
     ev = events[~events["kind"].isin(_SKIPPED).to_numpy() & ~copies].join(
         window, on="rank", how="inner"
     )
@@ -108,19 +109,9 @@ def lane_intervals(
             else events.iloc[:0]
         )
     matched = matched[matched.index.isin(ev.index) & ~paired_by_guess(matched)]
-    cuts = {r: np.unique(g[["start_us", "end_us"]].to_numpy()) for r, g in steps.groupby("rank")}
-    parts = []
-    by_lane = dict(list(ev.groupby(["rank", "lane"], observed=True, sort=False)))
-    for lane_id, (rank, lane, main) in enumerate(zip(lanes["rank"], lanes["lane"], lanes["main"])):
-        mine = by_lane.get((rank, lane), ev.iloc[:0])
-        spans = matched[(matched["rank"] == rank).to_numpy() & (matched["lane"] == lane).to_numpy()]
-        part = _flatten(mine, spans.index, window.at[rank, "lo"], window.at[rank, "hi"])
-        if main:
-            part = _cut(part, cuts[rank])
-        parts.append(part.assign(lane_id=lane_id, rank=rank))
-    intervals = pd.concat(parts).sort_values(["lane_id", "start_us"], kind="stable")
+    intervals = _intervals(ev, lanes, matched, steps, window)
     result = Lanes(
-        intervals.reset_index(drop=True),
+        intervals,
         lanes,
         steps[["rank", "step", "start_us", "end_us"]],
         pairs=pairs,
@@ -130,6 +121,32 @@ def lane_intervals(
     return result
 
 
+def _intervals(ev, lanes, matched, steps, window) -> pd.DataFrame:
+    """Every lane of ``lanes`` (:func:`_lane_table`) cut into intervals (:func:`_flatten`) over
+    its rank's ``window``, a main lane's at its steps' bounds too, lane after lane."""
+    cuts = {r: np.unique(g[["start_us", "end_us"]].to_numpy()) for r, g in steps.groupby("rank")}
+    parts = []
+    times = ev[["rank", "lane", "start_us", "end_us"]]  # all _flatten reads: no copy of the rest
+    by_lane = dict(list(times.groupby(["rank", "lane"], observed=True, sort=False)))
+    for lane_id, (rank, lane, main) in enumerate(zip(lanes["rank"], lanes["lane"], lanes["main"])):
+        mine = by_lane.get((rank, lane), times.iloc[:0])
+        spans = matched[(matched["rank"] == rank).to_numpy() & (matched["lane"] == lane).to_numpy()]
+        part = _flatten(mine, spans.index, window.at[rank, "lo"], window.at[rank, "hi"])
+        if main:
+            part = _cut(part, cuts[rank])
+        parts.append((part, lane_id, rank))
+    # each lane's intervals follow each other in time: the lanes one after the other are sorted
+    frames, lane_ids, ranks = zip(*parts)
+    sizes = [len(f) for f in frames]
+    columns = ("start_us", "end_us", "event")
+    intervals = pd.DataFrame(
+        {c: np.concatenate([f[c].to_numpy() for f in frames]) for c in columns}
+    )
+    intervals["lane_id"] = np.repeat(lane_ids, sizes)
+    intervals["rank"] = np.repeat(ranks, sizes)
+    return intervals
+
+
 def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per (rank, lane): a worker lane (only GPU events, or only gloo's collectives and
     what runs inside them), a GPU lane, the lane of the rank's steps (which may hold no other
@@ -137,11 +154,12 @@ def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     main = steps.groupby("rank", observed=True)["lane"].first()
     collective = name_matches(ev, r"^(?:gloo|mpi):")
     on_gpu = ev["cat"].isin(GPU_CATEGORIES).to_numpy()
+    starts, ends = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
     rows = []
     for (rank, lane), at in ev.groupby(["rank", "lane"], observed=True, sort=True).indices.items():  # fmt: skip
         gpu = bool(on_gpu[at].all())
-        mine = ev.iloc[at]
-        rows.append((rank, str(lane), gpu or _inside(mine, mine[collective[at]]), gpu))
+        inside = _inside(starts[at], ends[at], collective[at])
+        rows.append((rank, str(lane), gpu or inside, gpu))
     for rank, lane in main.items():
         if (rank, str(lane)) not in {(r, lane_) for r, lane_, _, _ in rows}:
             rows.append((rank, str(lane), False, False))
@@ -151,13 +169,14 @@ def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _inside(events: pd.DataFrame, spans: pd.DataFrame) -> bool:
-    """Whether ``spans`` is not empty and every one of ``events`` lies within one of them."""
-    if spans.empty:
+def _inside(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> bool:
+    """Whether some of the events (their ``starts`` and ``ends``) are ``spans`` and every event
+    lies within one of those."""
+    if not spans.any():
         return False
-    starts, ends = merge_intervals(spans["start_us"], spans["end_us"])
-    at = np.searchsorted(starts, events["start_us"].to_numpy(), side="right") - 1
-    return bool((at >= 0).all() and (events["end_us"].to_numpy() <= ends[np.maximum(at, 0)]).all())
+    span_starts, span_ends = merge_intervals(starts[spans], ends[spans])
+    at = np.searchsorted(span_starts, starts, side="right") - 1
+    return bool((at >= 0).all() and (ends <= span_ends[np.maximum(at, 0)]).all())
 
 
 def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> pd.DataFrame:
@@ -178,7 +197,9 @@ def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> 
     starts, ends = ev["start_us"].to_numpy()[order], ev["end_us"].to_numpy()[order]
     labels = ev.index.to_numpy()[order]
     first, last = min(starts[0], begin), max(ends.max(), finish)
-    bounds = np.unique(np.concatenate([starts, ends, [first, last]]))
+    # sorted by a merge of runs (the starts are, the ends nearly): many times np.unique's sort
+    bounds = np.sort(np.concatenate([starts, ends, [first, last]]), kind="stable")
+    bounds = bounds[np.r_[True, bounds[1:] != bounds[:-1]]]
     parent = _last_open(np.arange(len(starts)) - 1, ends, starts)  # open when each began
     at = _last_open(np.searchsorted(starts, bounds[:-1], side="right") - 1, ends, bounds[:-1], parent)  # fmt: skip
     label = np.where(at >= 0, labels[np.maximum(at, 0)], -1)
@@ -230,19 +251,19 @@ def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
         return
     iv = lanes.intervals
     labelled = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event")
-    row_of = dict(zip(labelled["event"].to_numpy(), labelled.index.to_numpy()))
+    at = pd.Index(labelled["event"].to_numpy()).get_indexer(matched.index)
+    row = np.where(at >= 0, labelled.index.to_numpy()[np.maximum(at, 0)], -1)
     keys, indices = matched["key"].astype(str).to_numpy(), matched["index"].to_numpy()
     numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, indices]))  # in order of appearance
-    groups: dict[int, tuple[list[int], list[float], tuple[str, int]]] = {}
-    for number, label, key, index, dur in zip(numbers, matched.index, keys, indices, matched["dur_us"].to_numpy()):  # fmt: skip
-        rows, durations, _ = groups.setdefault(int(number), ([], [], (str(key), int(index))))
-        durations.append(float(dur))
-        if label in row_of:
-            rows.append(int(row_of[label]))
-    for number, (rows, durations, key) in groups.items():
-        if len(rows) < least:
-            continue
-        lanes.keys.update(dict.fromkeys(rows, key))
-        lanes.arrivals[number] = rows
-        lanes.transfer_us[number] = min((d for d in durations if d == d), default=np.nan)
-        lanes.instance.update(dict.fromkeys(rows, number))
+    durations = pd.Series(matched["dur_us"].to_numpy(float))
+    shortest = durations.groupby(numbers).min().to_numpy()  # NaN: none measured
+    seen = np.bincount(numbers[row >= 0], minlength=len(shortest))
+    kept = (row >= 0) & (seen[numbers] >= least)
+    order = np.argsort(numbers[kept], kind="stable")  # each instance's rows in matched's order
+    rows, of = row[kept][order].tolist(), numbers[kept][order].tolist()
+    key_of = [(str(k), int(i)) for k, i in zip(keys[kept][order], indices[kept][order])]
+    lanes.keys.update(zip(rows, key_of))
+    lanes.instance.update(zip(rows, of))
+    for number, r in zip(of, rows):
+        lanes.arrivals.setdefault(number, []).append(r)
+    lanes.transfer_us.update({n: float(shortest[n]) for n in lanes.arrivals})

@@ -37,6 +37,7 @@ __all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLU
 #: (``to_key``/``to_index``), or nothing (-1 and "").
 CHAIN_COLUMNS = ["rank", "walk", "begin", "origin", "step", "key", "index", "start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index", "kind", "name", "us"]  # fmt: skip
 _TEXT = ["origin", "key", "to_key", "kind", "name"]  # categorical
+RUN = -2  # the label of a segment that is a run of rows of own time (:meth:`_RankWalker.descend`)
 
 
 class _RankWalker(PathWalker):
@@ -51,7 +52,6 @@ class _RankWalker(PathWalker):
         self.by = np.full(n, -1, dtype=np.int64)
         self.at = np.zeros(n, dtype=np.int64)
         self.entered = np.zeros(n)
-        self.starts_array = np.asarray(self.starts, dtype=float)
         self.chain = -1
 
     def owner(self, row: int) -> tuple[int, int, float]:
@@ -72,7 +72,10 @@ class _RankWalker(PathWalker):
 
     def descend(self, step, row, t, lo, rows):
         """The base walk's run of own time, each row owned by this walk unless an earlier walk
-        owns it: there this one joins it (own time goes on the same way from any moment)."""
+        owns it: there this one joins it (own time goes on the same way from any moment). The
+        rows it takes are one segment, ``(step, lane, RUN, start, end, None, (low, high))``:
+        rows ``low`` to ``high``, each from its start to the next one's (a rank's walks take
+        hundreds of thousands of rows: :func:`_pieces` reads them as arrays)."""
         lane, starts = self.lane_of[row], self.starts
         last = max(self.run_first[row], bisect_right(starts, lo, self.first[lane], row + 1) - 1)
         by = self.by[last : row + 1]
@@ -80,18 +83,16 @@ class _RankWalker(PathWalker):
         stop = last + int(theirs[-1]) if len(theirs) else -1  # the latest row an earlier walk took
         low = stop + 1 if stop >= 0 else last  # rows low..row are this walk's, whole
         if low <= row:
-            entered = np.append(self.starts_array[low + 1 : row + 1], t)  # row r: at r + 1's start
+            # row r is entered at row r + 1's start, the last at t
+            entered = np.append(self.arrays["start"][low + 1 : row + 1], t)
             taken = np.arange(low, row + 1)
             free = by[low - last :] < 0
             self.by[taken[free]] = self.chain
-            self.at[taken[free]] = len(rows) + row - taken[free]
+            self.at[taken[free]] = len(rows)  # all in one segment
             self.entered[taken[free]] = entered[free]
-            label, own_name = self.label, self.own_name
-            rows.extend(
-                (step, lane, label[r], starts[r] if starts[r] > lo else lo, e, own_name[r], None)
-                for r, e in zip(range(row, low - 1, -1), entered[::-1].tolist())
-            )
-            t = starts[low]
+            start = starts[low]
+            rows.append((step, lane, RUN, start if start > lo else lo, t, None, (low, row)))
+            t = start
         if stop < 0:
             return lane, t
         start, entered_stop = starts[stop], float(self.entered[stop])
@@ -142,28 +143,49 @@ def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
     return _pieces(rank, walks, cuts, walker, lanes, events)
 
 
-def _named(events: pd.DataFrame, labels: list[int], reasons: list[str]) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
-    """Each segment's ``(kind, name)``, by its event's label and its reason, as
-    :func:`helpers.critical_path` names them: two categoricals (a rank has hundreds of thousands
-    of segments, of a few hundred names)."""
-    pos = events.index.get_indexer(np.asarray(labels, dtype=np.int64))
+def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray, reason_names: list[str]) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
+    """Each segment's ``(kind, name)``, by its event's label and its reason (a code into
+    ``reason_names``), as :func:`helpers.critical_path` names them: two categoricals (a rank has
+    hundreds of thousands of segments, of a few hundred names)."""
+    pos = events.index.get_indexer(labels)
     known = pos >= 0
     at = np.maximum(pos, 0)
     name = events["name"].astype("category")
     kind = events["kind"].astype("category")
     # kinds: the events' kinds, then the dependencies' own kinds for their segments
-    distinct = list(dict.fromkeys(reasons))
-    given = [segment_kind(r) for r in distinct]
+    given = [segment_kind(r) for r in reason_names]
     kinds = list(dict.fromkeys([*map(str, kind.cat.categories), UNTRACED, *[g for g in given if g]]))  # fmt: skip
     code = {k: i for i, k in enumerate(kinds)}
     event_kind = np.array([code[str(k)] for k in kind.cat.categories] + [code[UNTRACED]])
     kind_codes = np.where(known, event_kind[kind.cat.codes.to_numpy()[at]], code[UNTRACED])
-    of_reason = {r: (code[g] if g else -1) for r, g in zip(distinct, given)}
-    by_reason = np.array([of_reason[r] for r in reasons], dtype=np.int64)
+    by_reason = np.array([code[g] if g else -1 for g in given], dtype=np.int64)[reasons]
     kind_codes = np.where(by_reason >= 0, by_reason, kind_codes)
     names = [*map(str, name.cat.categories), UNTRACED_NAME]
     name_codes = np.where(known, name.cat.codes.to_numpy()[at], len(names) - 1)
     return pd.Categorical.from_codes(kind_codes, kinds), pd.Categorical.from_codes(name_codes, names)  # fmt: skip
+
+
+def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ...]:
+    """The segments row by row, each run of own time as its rows: for each, the segment it is
+    part of, its label, its reason (a code into the list returned last) and its µs."""
+    _, _, labels, a, b, reasons, to = zip(*segments)  # columns
+    run = np.array(labels) == RUN
+    code = {d.name: i for i, d in enumerate(DEPENDENCIES)}
+    reason = np.array([code.setdefault(r, len(code)) if r else -1 for r in reasons], np.int64)
+    low, high = np.zeros(len(segments), np.int64), np.zeros(len(segments), np.int64)
+    low[run], high[run] = np.array([to[i] for i in np.flatnonzero(run)], np.int64).reshape(-1, 2).T  # fmt: skip
+    counts = high - low + 1
+    of = np.repeat(np.arange(len(segments)), counts)
+    row = np.repeat(low, counts) + np.arange(len(of)) - np.repeat(np.cumsum(counts) - counts, counts)  # fmt: skip
+    in_run, a, b = run[of], np.array(a, float)[of], np.array(b, float)[of]
+    starts = walker.arrays["start"]
+    start = np.where(in_run, starts[row], a)
+    end = np.where(in_run & (row < high[of]), starts[np.minimum(row + 1, len(starts) - 1)], b)
+    us = np.minimum(end, b) - np.maximum(start, a)
+    label = np.where(in_run, walker.arrays["label"][row], np.array(labels)[of])
+    reason = np.where(in_run, walker.arrays["dependency"][row], reason[of])
+    keep = ~in_run | (us > 0)  # a run cut in pieces: each row in the pieces it overlaps
+    return of[keep], label[keep], reason[keep], us[keep], [*sorted(code, key=code.get)]
 
 
 def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> list[tuple]:
@@ -209,11 +231,9 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
             sizes.append(len(piece))
             heads.append((rank, number, begin, origin, step, key, index, start_t, stop, *then))
             start_t = stop
-    labels = [s[2] for s in segments_of_pieces]
-    reasons = [s[5] for s in segments_of_pieces]
-    kinds, names = _named(events, labels, reasons)
-    us = [s[4] - s[3] for s in segments_of_pieces]
-    of_piece = np.repeat(np.arange(len(sizes)), sizes)
+    of, labels, reasons, us, reason_names = _rows_of(segments_of_pieces, walker)
+    kinds, names = _named(events, labels, reasons, reason_names)
+    of_piece = np.repeat(np.arange(len(sizes)), sizes)[of]
     keys = pd.DataFrame({"piece": of_piece, "kind": kinds.codes, "name": names.codes, "us": us})
     sums = keys.groupby(["piece", "kind", "name"], sort=False)["us"].sum().reset_index()
     head = pd.DataFrame(heads, columns=CHAIN_COLUMNS[:13]).iloc[sums["piece"].to_numpy()]
@@ -279,9 +299,9 @@ class _Links:
             warnings.simplefilter("ignore", UserWarning)
             every = matched_collectives(collectives, None)
         matched = on_every_rank(every)
-        self.arrive = {(k, i, int(r)): s for k, i, r, s in zip(matched["key"], matched["index"], matched["rank"], matched["start_us"])}  # fmt: skip
+        self.arrive = {(k, i, r): s for k, i, r, s in zip(*_lists(matched, "key", "index", "rank", "start_us"))}  # fmt: skip
         self.ranks_of = matched.groupby(["key", "index"])["rank"].agg(list).to_dict()
-        self.names_of = dict(zip(zip(every["key"], every["index"]), every["name"].astype(str)))
+        self.names_of = dict(zip(zip(*_lists(every, "key", "index")), map(str, every["name"].tolist())))  # fmt: skip
         # the chains' rows in (rank, walk, begin) order, each chain a slice of them: no frame per
         # chain (a run of hundreds of ranks has hundreds of thousands of chains)
         ids = [chains[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
@@ -289,7 +309,7 @@ class _Links:
         ids = [i[order] for i in ids]
         first = np.flatnonzero(np.r_[True, (np.diff(np.stack(ids), axis=1) != 0).any(axis=0)])
         self.bounds = np.r_[first, len(order)]
-        self.chain_of = {(int(r), int(w), int(b)): g for g, (r, w, b) in enumerate(zip(*(i[first] for i in ids)))}  # fmt: skip
+        self.chain_of = {c: g for g, c in enumerate(zip(*(i[first].tolist() for i in ids)))}
         heads = chains.iloc[order[first]]
         self.head = {c: heads[c].to_numpy() for c in ("start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index")}  # fmt: skip
         text = {c: chains[c].astype("category") for c in ("kind", "name")}
@@ -297,8 +317,8 @@ class _Links:
         self.kinds, self.names = (text[c].cat.categories.to_numpy() for c in ("kind", "name"))
         self.us = chains["us"].to_numpy(float)[order]
         starts = heads[heads["begin"].to_numpy() == 0]
-        self.at_end = {(int(r), int(s)): int(w) for r, s, w, o in zip(starts["rank"], starts["step"], starts["walk"], starts["origin"]) if o == "end"}  # fmt: skip
-        self.at_arrival = {(int(r), k, int(i)): int(w) for r, k, i, w, o in zip(starts["rank"], starts["key"], starts["index"], starts["walk"], starts["origin"]) if o == "arrival"}  # fmt: skip
+        self.at_end = {(r, s): w for r, s, w, o in zip(*_lists(starts, "rank", "step", "walk", "origin")) if o == "end"}  # fmt: skip
+        self.at_arrival = {(r, k, i): w for r, k, i, w, o in zip(*_lists(starts, "rank", "key", "index", "walk", "origin")) if o == "arrival"}  # fmt: skip
 
     def string(self, totals: dict, step: int, rank: int, lo: float, hi: float) -> None:
         """Add ``step``'s path, from its end ``hi`` on ``rank`` back to ``lo``, to ``totals``:
@@ -344,6 +364,12 @@ class _Links:
             last, begin = rank, mine
         _add(totals, (last, COLLECTIVE_KIND, self.names_of.get((key, index), key)), step, t - max(begin, lo))  # fmt: skip
         return last, begin
+
+
+def _lists(frame: pd.DataFrame, *columns: str) -> list[list]:
+    """``frame``'s ``columns`` as lists of Python values (many times faster to walk than a
+    Series of text)."""
+    return [frame[c].tolist() for c in columns]
 
 
 def _add(totals: dict, where: tuple, step: int, us: float) -> None:

@@ -25,7 +25,8 @@ LONG_WAIT_SHARE = 0.01
 
 
 def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
-    """Per rank, each event's last interval (where the event ends), sorted by its end:
+    """Per rank, each event's last interval (where the event ends), sorted by its end (ties in
+    the intervals' order):
     ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start, its launch)`` (the launch: NaN
     for an event not launched from the CPU)."""
     last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
@@ -43,7 +44,7 @@ def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict
             g["began"].to_numpy(),
             g["launched"].to_numpy(),
         )  # fmt: skip
-        for rank, g in last.sort_values("end_us").groupby("rank")
+        for rank, g in last.sort_values("end_us", kind="stable").groupby("rank")
     }
 
 

@@ -34,7 +34,7 @@ def window_steps(events: pd.DataFrame, window: str | None = None) -> pd.DataFram
     Raises:
         ValueError: no window of that kind in ``events``, with what to do.
     """
-    on_cpu = ~events["cat"].astype(str).isin(GPU_CATEGORIES).to_numpy()
+    on_cpu = ~events["cat"].isin(GPU_CATEGORIES).to_numpy()
     if window is None:
         steps = events[(events["kind"] == "step").to_numpy() & on_cpu].dropna(subset=["step"])
         if steps.empty:

@@ -196,5 +196,6 @@ def name_matches(events: pd.DataFrame, pattern: str) -> np.ndarray:
     names = events["name"]
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
-    hits = names.cat.categories.astype(str).str.contains(pattern, regex=True)
-    return np.append(np.asarray(hits, dtype=bool), False)[names.cat.codes.to_numpy()]
+    search = re.compile(pattern).search
+    hits = [search(str(name)) is not None for name in names.cat.categories]
+    return np.append(np.array(hits, dtype=bool), False)[names.cat.codes.to_numpy()]
