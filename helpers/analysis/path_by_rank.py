@@ -172,11 +172,12 @@ def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ..
     run = np.array(labels) == RUN
     code = {d.name: i for i, d in enumerate(DEPENDENCIES)}
     reason = np.array([code.setdefault(r, len(code)) if r else -1 for r in reasons], np.int64)
-    low, high = np.zeros(len(segments), np.int64), np.zeros(len(segments), np.int64)
-    low[run], high[run] = np.array([to[i] for i in np.flatnonzero(run)], np.int64).reshape(-1, 2).T  # fmt: skip
+    bounds = np.zeros((len(segments), 2), np.int64)  # a run's first and last row; else 0, 0
+    bounds[run] = np.array([to[i] for i in np.flatnonzero(run)], np.int64).reshape(-1, 2)
+    low, high = bounds.T
     counts = high - low + 1
     of = np.repeat(np.arange(len(segments)), counts)
-    row = np.repeat(low, counts) + np.arange(len(of)) - np.repeat(np.cumsum(counts) - counts, counts)  # fmt: skip
+    row = np.repeat(low - (np.cumsum(counts) - counts), counts) + np.arange(len(of))
     in_run, a, b = run[of], np.array(a, float)[of], np.array(b, float)[of]
     starts = walker.arrays["start"]
     start = np.where(in_run, starts[row], a)

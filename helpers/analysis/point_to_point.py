@@ -52,8 +52,8 @@ def sends_and_receives(events: pd.DataFrame) -> pd.DataFrame:
     carry no peer (recorded without ``record_shapes=True``) gives no pair and a warning that
     says what to record."""
     ops = events[events["name"].isin([_SEND, _RECV]).to_numpy()]
-    if ops.empty:  # most runs: no pandas work on empty tables (a rank read alone, 10-20 ms)
-        return pd.DataFrame({c: np.zeros(0, np.float64 if c.endswith("_us") else np.int64) for c in _COLUMNS})  # fmt: skip
+    if ops.empty:  # most runs: no pandas work on empty tables (10-20 ms a rank read alone)
+        return pd.DataFrame({c: np.zeros(0, float if c.endswith("_us") else int) for c in _COLUMNS})
     known = ops[ops["peer"].notna().to_numpy() & ops["tag"].notna().to_numpy()]
     if len(known) < len(ops):
         warnings.warn(
