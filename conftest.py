@@ -29,9 +29,9 @@ def start_new_kernel(*args, **kwargs):
             return _start_new_kernel(*args, **{**kwargs, "stderr": stderr})
         except RuntimeError as error:
             stderr.seek(0)
-            said = f"{error}): started again. It wrote: {stderr.read()[-2000:] or '(nothing)'}"
+            died, wrote = error, stderr.read()[-2000:] or "(nothing)"
     warnings.warn(
-        f"a notebook's kernel died as it started ({said}",
+        f"a notebook's kernel died as it started ({died}): started again. It wrote: {wrote}",
         stacklevel=2,
     )
     return _start_new_kernel(*args, **kwargs)

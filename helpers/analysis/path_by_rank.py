@@ -186,7 +186,7 @@ def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ..
     label = np.where(in_run, walker.arrays["label"][row], np.array(labels)[of])
     reason = np.where(in_run, walker.arrays["dependency"][row], reason[of])
     keep = ~in_run | (us > 0)  # a run cut in pieces: each row in the pieces it overlaps
-    return of[keep], label[keep], reason[keep], us[keep], [*sorted(code, key=code.get)]
+    return of[keep], label[keep], reason[keep], us[keep], list(code)  # codes in order
 
 
 def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> list[tuple]:
