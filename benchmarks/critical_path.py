@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from helpers import critical_path, load_run, path_summary, replay_error  # noqa: E402
-from helpers.analysis.critical_path import step_windows  # noqa: E402
-from helpers.analysis.lanes import lane_intervals  # noqa: E402
+from helpers.analysis.path.lanes import lane_intervals  # noqa: E402
+from helpers.analysis.path.walk import step_windows  # noqa: E402
 from helpers.analysis.rank_by_rank import summarise_run  # noqa: E402
 from helpers.jobs.recorded import RECORDINGS_ROOT  # noqa: E402
 from helpers.traces import TraceError  # noqa: E402

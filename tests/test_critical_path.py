@@ -1,4 +1,4 @@
-"""The critical path across ranks and the what-if replay (helpers/analysis/critical_path.py,
+"""The critical path across ranks and the what-if replay (helpers/analysis/path/walk.py,
 replay.py): paths computed by hand on small traces, then on every recording of the series and on
 the real traces of ../shared, where each step's path must tile its wall time."""
 
@@ -175,7 +175,7 @@ def test_a_gpu_step_goes_from_the_synchronisation_to_the_kernels_and_their_launc
         ("gemm", "launch"),
         ("gemm", "work"),
         ("relu", "work"),
-        ("cudaDeviceSynchronize", "wake-up"),
+        ("cudaDeviceSynchronize", "sync"),
         ("(untraced)", "untraced"),
     ]
     assert path["dur_us"].sum() == 510

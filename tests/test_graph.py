@@ -1,6 +1,7 @@
-"""The dependency graph under the critical path (helpers/analysis/graph.py and edges.py), as a
-specification: each builder's edges on tiny traces, the rules of the graph (the last arrival
-binds, the replay keeps every constraint), and one registry that alone interprets them."""
+"""The dependency graph under the critical path (helpers/analysis/path/: graph.py, builders.py,
+dependencies.py), as a specification: each builder's edges on tiny traces, the rules of the
+graph (the last arrival binds, a wait's edges carry its delay, the replay keeps every
+constraint, what validate finds), and one registry that alone interprets them."""
 
 from __future__ import annotations
 
@@ -15,9 +16,18 @@ from hypothesis import strategies as st
 
 from conftest import REPO, complete_event, trace_doc, write_doc
 from helpers import critical_path, what_if
-from helpers.analysis.edges import unmatched_stream_waits
-from helpers.analysis.graph import DEPENDENCIES, DEPENDENCY, Edges, Graph, retime
-from helpers.analysis.lanes import _flatten, lane_intervals
+from helpers.analysis.path.builders import unmatched_stream_waits
+from helpers.analysis.path.dependencies import (
+    BEGIN,
+    DEPENDENCIES,
+    LANE_ORDER,
+    TRANSFER,
+    UNTRACED,
+    WAKE_UP,
+    WORK,
+)
+from helpers.analysis.path.graph import Edges, Graph, replayed_times, validate
+from helpers.analysis.path.lanes import _flatten, lane_intervals
 from helpers.traces import load_run
 
 MAIN, GLOO, STREAM = 1, 2, 7  # the main thread, gloo's thread, a GPU stream
@@ -91,9 +101,10 @@ LATE_RECEIVE = {
 
 def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str | None) -> set:
     """The edges of ``dependency`` in the graph of a run whose rank r holds ``ranks[r]`` (only
-    those into the lane ``into``, when given), each as ``(source, target, lag)`` with a node
-    written ``"r<rank> <event>.<start|end>"`` (``gap`` for an interval with no event) and the
-    lag rounded to µs."""
+    those into the lane ``into``, when given; of an interval's own time, those that bind: every
+    interval has one), each as ``(source, target, lag)`` with a node written
+    ``"r<rank> <event>.<start|end>"`` (``gap`` for an interval with no event) and the lag
+    rounded to µs."""
     for rank, events in ranks.items():
         write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
     events = load_run(tmp_path, cache=False).events
@@ -107,7 +118,10 @@ def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str 
         return f"r{rank} {what}.{'end' if n % 2 else 'start'}"
 
     lane = lanes.lanes["lane"].to_numpy()[iv["lane_id"].to_numpy()[graph.target // 2]]
-    mine = np.flatnonzero((graph.dependency == DEPENDENCY[dependency]) & ((lane == into) | (into is None)))  # fmt: skip
+    (kind,) = [d for d in DEPENDENCIES if d.name == dependency]
+    mine = np.flatnonzero((graph.dependency == kind.code) & ((lane == into) | (into is None)))
+    if kind.own_start:
+        mine = mine[graph.binding[graph.target[mine]] == mine]
     return {(node(graph.source[e]), node(graph.target[e]), round(float(graph.lag[e]))) for e in mine}  # fmt: skip
 
 
@@ -131,8 +145,9 @@ BUILDERS = {
         LATE_RECEIVE, ("send", None),
         {("r0 c10d::send.end", "r0 gloo:send.end", 20), ("r1 c10d::recv_.start", "r0 gloo:send.end", 20)},  # fmt: skip
     ),
-    "receive: a wait that began once both were issued held only the transfer": (
-        LATE_RECEIVE, ("receive", None), set(),
+    "receive: a wait that began once both were issued has their edges, its delay its own time": (
+        LATE_RECEIVE, ("receive", None),
+        {("r0 c10d::send.end", "r1 gloo:recv.end", 5), ("r1 c10d::recv_.start", "r1 gloo:recv.end", 5)},  # fmt: skip
     ),
     "completion: a rank's step ends no sooner than the collective gloo's thread ran in it": (
         {0: [step(0, 1000), op("aten::mm", 0, 100), op("gloo:all_reduce", 100, 500, tid=GLOO, cat="user_annotation"),  # fmt: skip
@@ -167,10 +182,10 @@ BUILDERS = {
         ("wake-up", "thread 1"),
         set(),
     ),
-    "wake-up: a launch held by a full queue returns when a kernel launched before it ends": (
+    "sync: a launch held by a full queue returns when a kernel launched before it ends": (
         {0: [step(0, 1000), launch(0, 10, 1), kernel("gemm", 15, 485, 1), launch(20, 485, 2),
              kernel("relu", 510, 390, 2), op("cudaDeviceSynchronize", 505, 400, cat="cuda_runtime")]},
-        ("wake-up", "thread 1"),
+        ("sync", "thread 1"),
         {("r0 gemm.end", "r0 cudaLaunchKernel.end", 5), ("r0 relu.end", "r0 cudaDeviceSynchronize.end", 5)},
     ),
     "launch: a stream's gap ends when the kernel's launch call ends": (
@@ -184,10 +199,10 @@ BUILDERS = {
         ("stream wait", "GPU 0 stream 7"),
         {("r0 gemm.end", "r0 gap.end", 5)},
     ),
-    "launch: a kernel held by a stream wait keeps its launch's edge, with no delay": (
+    "launch: a kernel held by a stream wait keeps its launch's edge, with the wait's delay": (
         {0: WAITED},
         ("launch", "GPU 0 stream 7"),
-        {("r0 cudaLaunchKernel.end", "r0 gap.end", 0)},
+        {("r0 cudaLaunchKernel.end", "r0 gap.end", 5)},
     ),
     "stream wait: work that ended before the gap began leaves it to the queue": (
         {0: [step(0, 1000), launch(0, 5, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
@@ -237,8 +252,9 @@ def test_the_path_moves_to_the_stream_whose_work_a_kernel_waited_for(waited):
 
 
 def test_without_the_waited_work_the_kernel_starts_once_launched(waited):
-    # relu then runs 40-140 after its launch, the CPU's wait ends 5 µs later, the step 10 after
-    assert what_if(waited, rank=0, name="gemm").iat[0] == pytest.approx(0.155)
+    # relu then starts 5 µs after its launch ends (the delay its wait measured) and runs
+    # 45-145, the CPU's wait ends 5 µs later, the step 10 after
+    assert what_if(waited, rank=0, name="gemm").iat[0] == pytest.approx(0.160)
 
 
 NCCL = 20  # the stream of NCCL's kernels
@@ -271,73 +287,100 @@ def test_the_path_crosses_a_stream_wait_to_the_rank_whose_kernel_held_the_collec
         [0, "stream wait", "mm"],
         [0, "work", "mm"],
     ]
-    # without the long kernel, rank 1's all-gather starts once launched (25 µs), both end 85 µs
-    # later (110), rank 0's mm runs 115-215, its CPU wakes at 220 and the step ends at 230
-    assert what_if(events, rank=1, name="^long$").iat[0] == pytest.approx(0.230)
+    # without the long kernel, rank 1's all-gather starts 5 µs after its launch (30 µs), both
+    # end 85 µs later (115), each mm runs 120-220, each CPU wakes at 225, each step ends at 235
+    assert what_if(events, rank=1, name="^long$").iat[0] == pytest.approx(0.235)
 
 
 def test_every_interval_ends_after_its_own_start_and_starts_where_the_one_before_ended(tmp_path):
     write_doc(tmp_path / "rank0.json", trace_doc([step(0, 1000), op("aten::mm", 100, 300)]))
     graph = lane_intervals(load_run(tmp_path, cache=False).events).graph
     n = len(graph.time) // 2
-    own = [DEPENDENCY[d.name] for d in DEPENDENCIES if d.own_time or d.name == "begin"]
+    own = [d.code for d in DEPENDENCIES if d.own_start]
     from_own_start = np.isin(graph.dependency, own) & (graph.source == graph.target - 1)
     assert sorted(graph.target[from_own_start].tolist()) == [2 * i + 1 for i in range(n)]
-    order = graph.dependency == DEPENDENCY["lane order"]
+    order = graph.dependency == LANE_ORDER.code
     assert (graph.source[order] + 1 == graph.target[order]).all()
 
 
-def _graph(parts: list[Edges], starts, ends, ranks=None) -> Graph:
-    ranks = np.zeros(len(starts), dtype=np.int64) if ranks is None else np.asarray(ranks)
-    return Graph.of(parts, np.asarray(starts, float), np.asarray(ends, float), ranks)
+def _graph(parts: list[Edges], starts, ends, own, ranks=None, lanes=None) -> Graph:
+    """The graph of intervals measured at ``starts``/``ends`` (each on a lane of its own, unless
+    ``lanes`` says), each with the dependency ``own`` from its own start."""
+    n = len(starts)
+    intervals = pd.DataFrame({
+        "lane_id": np.arange(n) if lanes is None else lanes,
+        "rank": np.zeros(n, dtype=np.int64) if ranks is None else ranks,
+        "start_us": np.asarray(starts, float),
+        "end_us": np.asarray(ends, float),
+    })  # fmt: skip
+    return Graph.of(parts, intervals, np.array([d.code for d in own], dtype=np.int8))
 
 
-def _own(rows, starts, ends, name="work") -> Edges:
-    rows = np.asarray(rows)
-    return Edges.of(2 * rows, 2 * rows + 1, name, np.asarray(ends)[rows] - np.asarray(starts)[rows])  # fmt: skip
-
-
-def test_the_last_arrival_binds_a_node_that_waited_for_two(tmp_path):
+def test_the_last_arrival_binds_a_node_that_waited_for_two():
     # intervals 0 and 1 are work on two lanes, ending at 10 and 8; 2 waited for both, ends at 12
-    starts, ends = [0, 0, 5], [10, 8, 12]
-    waits = Edges.of([1, 3], [5, 5], "wake-up", [2, 4])
-    graph = _graph([_own([0, 1], starts, ends), waits, Edges.of([4], [5], "begin", 0.0)], starts, ends)  # fmt: skip
+    graph = _graph([Edges.of([1, 3], [5, 5], WAKE_UP)], [0, 0, 5], [10, 8, 12], [WORK, WORK, UNTRACED])  # fmt: skip
     assert graph.source[graph.binding[5]] == 1  # the end of interval 0, the later of the two
+
+
+def test_a_waits_edges_carry_its_delay_after_the_last_of_what_it_waited_for():
+    graph = _graph([Edges.of([1, 3], [5, 5], WAKE_UP)], [0, 0, 5], [10, 8, 12], [WORK, WORK, UNTRACED])  # fmt: skip
+    into = graph.target == 5
+    assert sorted(graph.lag[into].tolist()) == [2.0, 2.0, 2.0]  # both wakers and its own start
+
+
+def test_a_wait_that_began_after_what_it_waited_for_is_its_own_time():
+    # interval 1 began at 12, after interval 0 ended at 10: it waited for nothing but itself
+    graph = _graph([Edges.of([1], [3], WAKE_UP)], [0, 12], [10, 15], [WORK, UNTRACED])
+    assert graph.dependency[graph.binding[3]] == UNTRACED.code
 
 
 def test_a_tie_goes_to_the_nodes_own_rank():
     # a collective on ranks 0 and 1 whose arrivals tie: each rank's end is bound by its own
-    starts, ends = [0, 0], [5, 5]
-    arrivals = Edges.of([0, 2, 0, 2], [1, 1, 3, 3], "transfer", 5.0)
-    graph = _graph([arrivals], starts, ends, ranks=[0, 1])
+    arrivals = Edges.of([0, 2, 0, 2], [1, 1, 3, 3], TRANSFER, 5.0)
+    graph = _graph([arrivals], [0, 0], [5, 5], [BEGIN, BEGIN], ranks=[0, 1])
     assert graph.source[graph.binding[1]] == 0 and graph.source[graph.binding[3]] == 2
 
 
 def test_the_replay_keeps_every_constraint_when_the_binding_one_shrinks():
     # interval 2 waits for the ends of 0 (at 10) and 1 (at 8): without 0's work it waits for 1
-    starts, ends = [0, 0, 5], [10, 8, 12]
-    parts = [_own([0, 1], starts, ends), Edges.of([1, 3], [5, 5], "wake-up", [2, 2]), Edges.of([4], [5], "begin", 0.0)]  # fmt: skip
-    graph = _graph(parts, starts, ends)
-    assert retime(graph)[5] == 12
-    assert retime(graph, np.array([0.0, 1.0, 1.0]))[5] == 10  # 8 + 2, no longer 0 + 2
+    graph = _graph([Edges.of([1, 3], [5, 5], WAKE_UP)], [0, 0, 5], [10, 8, 12], [WORK, WORK, UNTRACED])  # fmt: skip
+    assert replayed_times(graph)[5] == 12
+    assert replayed_times(graph, np.array([0.0, 1.0, 1.0]))[5] == 10  # 8 + 2, no longer 0 + 2
 
 
 def test_an_interval_a_what_if_removes_ends_as_it_begins():
-    starts, ends = [0, 4], [4, 9]
-    parts = [_own([0], starts, ends), Edges.of([1], [3], "wake-up", [5]), Edges.of([2], [3], "begin", 0.0),  # fmt: skip
-             Edges.of([1], [2], "lane order", 0.0)]  # fmt: skip
-    value = retime(_graph(parts, starts, ends), np.array([1.0, 0.0]))
+    # interval 1 (4-9) waited on its lane for interval 0 (0-4) of another: removed, it lasts 0
+    graph = _graph([Edges.of([1], [3], WAKE_UP)], [0, 4], [4, 9], [WORK, UNTRACED], lanes=[0, 1])
+    value = replayed_times(graph, np.array([1.0, 0.0]))
     assert value[3] == value[2] == 4
 
 
-def test_nodes_in_a_cycle_keep_their_measured_times():
-    starts, ends = [0, 0], [5, 6]
-    parts = [Edges.of([3], [1], "wake-up", [-1]), Edges.of([1], [3], "wake-up", [1])]
-    assert retime(_graph(parts, starts, ends)).tolist() == [0, 5, 0, 6]
+def test_nodes_in_a_cycle_and_after_it_keep_their_measured_times():
+    parts = [Edges.of([3], [1], WAKE_UP), Edges.of([1], [3], WAKE_UP)]
+    graph = _graph(parts, [0, 0], [5, 6], [UNTRACED, UNTRACED])
+    assert replayed_times(graph).tolist() == [0, 5, 0, 6]
 
 
-#: Modules that may name a dependency: the registry and the builders.
-REGISTRY = {"graph.py", "edges.py"}
+def test_validate_finds_a_cycle_and_the_events_it_touches():
+    parts = [Edges.of([3], [1], WAKE_UP), Edges.of([1], [3], WAKE_UP)]
+    found = validate(_graph(parts, [0, 0], [5, 6], [UNTRACED, UNTRACED]), names=["a", "b"])
+    assert found[["problem", "dependency"]].values.tolist() == [["cycle", "wake-up"]]
+    assert found["nodes"].iat[0] == [1, 3] and found["events"].iat[0] == ["a", "b"]
+
+
+def test_validate_finds_a_negative_lag():
+    graph = _graph([Edges.of([0], [3], TRANSFER, -2.0)], [0, 4], [5, 9], [WORK, BEGIN])
+    found = validate(graph)
+    assert found[["problem", "dependency", "nodes"]].values.tolist() == [["negative lag", "transfer", [0, 3]]]  # fmt: skip
+
+
+def test_validate_passes_a_graph_of_a_run():
+    graph = _graph([Edges.of([1, 3], [5, 5], WAKE_UP)], [0, 0, 5], [10, 8, 12], [WORK, WORK, UNTRACED])  # fmt: skip
+    assert validate(graph).empty
+
+
+#: The module that may name a dependency: the registry.
+REGISTRY = {"dependencies.py"}
 
 
 def _interpreted_names(path: Path) -> list[str]:
@@ -424,3 +467,8 @@ def test_stream_waits_that_do_not_say_what_they_waited_for_are_said_not_followed
     with pytest.warns(UserWarning, match="6 of the 6 stream waits .* do not say which stream"):
         path = critical_path(events)
     assert (path["reason"] != "stream wait").all()
+
+
+def test_each_dependencys_code_is_its_place_in_the_registry():
+    assert [d.code for d in DEPENDENCIES] == list(range(len(DEPENDENCIES)))
+    assert len({d.name for d in DEPENDENCIES}) == len(DEPENDENCIES)

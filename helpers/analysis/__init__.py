@@ -20,14 +20,11 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``rpc``: the node of each event of an RPC trace, the calls and the remote work they caused
   (and whether each call encloses it), parallel lanes.
 - ``overhead``: what profiling costs a training step.
-- ``windows`` (what the path is found in: the profiler's steps, the instances of an
-  annotation, or the whole trace), ``lanes`` (every lane cut into intervals), ``graph`` (the dependencies between their moments,
-  one table of edges and one registry of the kinds of dependency; ``edges``: its builders, with
-  ``wakers``: what ended each wait), ``critical_path``, ``replay``: what held each step (the
-  chain of work across the ranks that decided when it ended) and what shortening some of it would
-  buy (a what-if, by re-timing the graph);
-  ``path_by_rank``: the same path for a run
-  too large to load whole, strung together from each rank's part of it.
+- ``windows``: what the path is found in (the profiler's steps, the instances of an
+  annotation, or the whole trace).
+- ``path`` (a package): what held each step (the chain of work across the ranks that decided
+  when it ended) and what shortening some of it would buy (a what-if, by re-timing the run's
+  dependency graph); and the same path for a run too large to load whole.
 - ``rank_by_rank``: a run too large to load whole, summarised one rank at a time
   (:func:`summarise_run`, a :class:`RunSummary` that answers this room's questions from the
   parts it kept of each rank).
@@ -48,15 +45,21 @@ from .collectives import (
     waiting_per_group,
     waiting_per_step,
 )
-from .critical_path import critical_path, path_summary, step_windows
 from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
 from .memory import memory_over_time, memory_peaks
 from .overhead import profiling_cost
+from .path import (
+    critical_path,
+    path_summary,
+    replay_error,
+    replay_step_times,
+    step_windows,
+    what_if,
+)
 from .point_to_point import sends_and_receives, stage_waits
 from .rank_by_rank import RunSummary, kept_of_file, summarise_run, summary_of
-from .replay import replay_error, replay_step_times, what_if
 from .rpc import by_rpc_node, enclosure, max_parallel_lanes, rpc_calls
 from .steps import step_times, time_by_source_line, time_per_kind, top_ops
 

@@ -44,7 +44,7 @@ from ..traces.rank_files import (
     write_rank_part,
 )
 from .collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
-from .path_by_rank import CHAIN_COLUMNS, concat_chains, path_summary_of_chains, rank_chains
+from .path.by_rank import CHAIN_COLUMNS, concat_chains, path_summary_of_chains, rank_chains
 from .steps import step_times, time_per_kind
 
 __all__ = [
@@ -98,7 +98,7 @@ class RunSummary:
 
     def path_summary(self, leave_out: Sequence[int] = ()) -> pd.DataFrame:
         """:func:`helpers.path_summary` by kind and name of the run's critical path, strung
-        together from each rank's chains (:mod:`helpers.analysis.path_by_rank`); the steps in
+        together from each rank's chains (:mod:`helpers.analysis.path.by_rank`); the steps in
         ``leave_out`` left out."""
         return path_summary_of_chains(self.chains, self.steps, self.collectives, leave_out)
 
@@ -106,7 +106,7 @@ class RunSummary:
 def kept_of_rank(events: pd.DataFrame, path: bool = True) -> tuple[pd.DataFrame, ...]:
     """What the run-wide analyses need of one rank's ``events``: its steps, its collectives
     (gloo's and NCCL's CPU spans, NCCL kernels), its row of time per kind and its chains of the
-    critical path (:func:`helpers.analysis.path_by_rank.rank_chains`; none without ``path``)."""
+    critical path (:func:`helpers.analysis.path.by_rank.rank_chains`; none without ``path``)."""
     steps = events[(events["kind"] == "step").to_numpy()]
     collectives = events[
         (events["kind"] == "communication").to_numpy() | name_matches(events, NCCL_KERNELS)

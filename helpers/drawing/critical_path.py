@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import offset_copy
 
-from ..analysis.graph import dependency_names
+from ..analysis.path.dependencies import dependency_names
 from ..traces.kinds import KIND_NAMES
 from .timeline import plot_rank_timeline, timeline_rows
 

@@ -8,10 +8,10 @@ import re
 import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
-from ..analysis.critical_path import path_of
-from ..analysis.edges import unmatched_stream_waits
-from ..analysis.graph import DEPENDENCIES, QUEUE, UNTRACED
-from ..analysis.lanes import Lanes, lane_intervals
+from ..analysis.path.builders import unmatched_stream_waits
+from ..analysis.path.dependencies import DEPENDENCIES, QUEUE, UNTRACED
+from ..analysis.path.lanes import Lanes, lane_intervals
+from ..analysis.path.walk import path_of
 from ..analysis.point_to_point import TRANSFER_RECORDS
 from ..drawing import plot_critical_path
 from ..traces.kinds import name_matches
@@ -64,7 +64,7 @@ def held_section(
 
     Args:
         events: the run's events.
-        lanes: their lanes (:func:`helpers.analysis.lanes.lane_intervals`).
+        lanes: their lanes (:func:`helpers.analysis.path.lanes.lane_intervals`).
         times: their step times (:func:`helpers.step_times`).
         names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
         world: the job's size, as the traces record it (None: unknown).
@@ -154,7 +154,7 @@ def _caveats(top: pd.Series, ranks: list[int], world: int | None, unmatched: int
     path through a few of the job's ranks (``ranks``, those traced), a GPU stream's queue in
     traces whose stream waits do not say what they waited for (``unmatched`` of them)."""
     said = []
-    if top["kind"] == QUEUE and unmatched:
+    if top["kind"] == QUEUE.segment_kind and unmatched:
         said.append(
             f"Part of that queue may be a GPU stream waiting for another stream's work: {unmatched} "
             "stream waits in these traces do not say which stream they waited for, so the path "
@@ -196,7 +196,7 @@ def _what_if(events: pd.DataFrame, lanes: Lanes, top: pd.Series, median_ms: floa
         return (
             f"A what-if cannot remove it by name ({top['kind']}: "
             + ("no event recorded it; with_stack=True shows the Python that ran there)."
-               if top["kind"] == UNTRACED else "a collective's own time or a thread's "
+               if top["kind"] == UNTRACED.segment_kind else "a collective's own time or a thread's "
                "start, set by what comes before it).")
         )  # fmt: skip
     predicted = what_if(events, rank, f"^{re.escape(name)}$", lanes=lanes)

@@ -51,7 +51,8 @@ _SOURCES = (
     "traces/_steps.py", "traces/kinds.py",
     # what a rank-by-rank pass keeps of each rank (its parts, its chains of the critical path)
     "traces/rank_files.py", "analysis/rank_by_rank.py", "analysis/collectives.py",
-    "analysis/lanes.py", "analysis/critical_path.py", "analysis/path_by_rank.py",
+    "analysis/point_to_point.py", "analysis/windows.py",
+    *sorted(f"analysis/path/{p.name}" for p in (_HELPERS / "analysis" / "path").glob("*.py")),
 )  # fmt: skip
 
 

@@ -8,7 +8,7 @@ event: a gap. A collective matched on every rank (:func:`helpers.collective_wait
 interval, whatever ran inside it (gloo's copies and additions). The backend's record of a send's
 or a receive's transfer (``gloo:recv``) spans the time the transfer was under way, while the
 thread did other work; it is cut to the wait at its end (:mod:`.point_to_point`). What each interval waited for is
-the graph's (:mod:`.graph`; its builders, :mod:`.edges`, say which rule decides which interval).
+the graph's (:mod:`.graph`; its builders, :mod:`.builders`, say what each interval may have waited for).
 
 Only what lies within each rank's recorded steps is kept, and a rank's step boundaries cut the
 intervals of the lane of its steps (its *main* lane). The copies of CPU annotations that Kineto
@@ -24,16 +24,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
-from .collectives import collectives_with_waits, matched_collectives, paired_by_guess
-from .edges import SYNC_CALLS, graph_of
+from ...traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
+from ..collectives import collectives_with_waits, matched_collectives, paired_by_guess
+from ..intervals import merge_intervals
+from ..point_to_point import sends_and_receives, waits_in_records
+from ..windows import window_steps
+from .builders import graph_of
 from .graph import Graph
-from .intervals import merge_intervals
-from .point_to_point import sends_and_receives, waits_in_records
-from .wakers import WAKE_TOLERANCE_US
-from .windows import window_steps
 
-__all__ = ["Lanes", "lane_intervals", "WAKE_TOLERANCE_US", "SYNC_CALLS"]
+__all__ = ["Lanes", "lane_intervals"]
 
 _SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
 

@@ -23,10 +23,11 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from .collectives import matched_collectives, on_every_rank
-from .critical_path import PathWalker, Stop, step_windows
-from .graph import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, latest, segment_kind
+from ..collectives import matched_collectives, on_every_rank
+from .dependencies import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
+from .graph import latest
 from .lanes import Lanes, lane_intervals
+from .walk import PathWalker, Stop, step_windows
 
 __all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLUMNS"]
 
@@ -58,17 +59,17 @@ class _RankWalker(PathWalker):
         """The walk that took ``row`` first, its segment's position and the moment it entered."""
         return int(self.by[row]), int(self.at[row]), float(self.entered[row])
 
-    def take(self, step, row, t, lo, rows, stuck):
+    def take(self, step, row, t, lo, rows, revisited):
         by = self.by[row]
         if by < 0:
             self.by[row], self.at[row], self.entered[row] = self.chain, len(rows), t
-        elif by != self.chain and not stuck and self._same_way(row, t, self.entered[row]):
+        elif by != self.chain and not revisited and self._same_way(row, t, self.entered[row]):
             entered = float(self.entered[row])
             mine: list[tuple] = []  # what this walk sees of the row above the earlier one
-            super().take(step, row, t, lo, mine, stuck)
+            super().take(step, row, t, lo, mine, revisited)
             rows += [(*s[:3], max(s[3], entered), *s[4:]) for s in mine if s[4] > entered]
             return Stop(row, min(t, entered), joined=True)
-        return super().take(step, row, t, lo, rows, stuck)
+        return super().take(step, row, t, lo, rows, revisited)
 
     def descend(self, step, row, t, lo, rows):
         """The base walk's run of own time, each row owned by this walk unless an earlier walk
@@ -107,8 +108,8 @@ class _RankWalker(PathWalker):
         dependency = DEPENDENCIES[self.dependency[row]]
         if dependency.own_time or dependency.collective:
             return dependency.own_time
-        there = self.there[row]
-        return min(t, there) == min(entered, there)
+        source_time = self.source_time[row]
+        return min(t, source_time) == min(entered, source_time)
 
     def collective(self, step: int, row: int, t: float, lo: float, rows: list):
         return Stop(row, t, joined=False)
@@ -154,10 +155,14 @@ def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray, reason
     kind = events["kind"].astype("category")
     # kinds: the events' kinds, then the dependencies' own kinds for their segments
     given = [segment_kind(r) for r in reason_names]
-    kinds = list(dict.fromkeys([*map(str, kind.cat.categories), UNTRACED, *[g for g in given if g]]))  # fmt: skip
+    kinds = list(dict.fromkeys([*map(str, kind.cat.categories), UNTRACED.segment_kind, *[g for g in given if g]]))  # fmt: skip
     code = {k: i for i, k in enumerate(kinds)}
-    event_kind = np.array([code[str(k)] for k in kind.cat.categories] + [code[UNTRACED]])
-    kind_codes = np.where(known, event_kind[kind.cat.codes.to_numpy()[at]], code[UNTRACED])
+    event_kind = np.array(
+        [code[str(k)] for k in kind.cat.categories] + [code[UNTRACED.segment_kind]]
+    )
+    kind_codes = np.where(
+        known, event_kind[kind.cat.codes.to_numpy()[at]], code[UNTRACED.segment_kind]
+    )
     by_reason = np.array([code[g] if g else -1 for g in given], dtype=np.int64)[reasons]
     kind_codes = np.where(by_reason >= 0, by_reason, kind_codes)
     names = [*map(str, name.cat.categories), UNTRACED_NAME]
@@ -227,7 +232,7 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
                 then = (joined, piece_of[(joined, (at, stopped.moment))], "", -1)
             elif stopped is not None:
                 then = (-1, -1, *lanes.keys[stopped.row])
-            piece = piece or [(0, 0, -1, 0.0, 0.0, UNTRACED, None)]  # nothing: untraced, 0 µs
+            piece = piece or [(0, 0, -1, 0.0, 0.0, UNTRACED.name, None)]  # nothing: untraced, 0 µs
             segments_of_pieces += piece
             sizes.append(len(piece))
             heads.append((rank, number, begin, origin, step, key, index, start_t, stop, *then))
@@ -344,7 +349,7 @@ class _Links:
             else:
                 break  # the rank's trace begins
         if t > lo:
-            _add(totals, (rank, UNTRACED, UNTRACED_NAME), step, t - lo)
+            _add(totals, (rank, UNTRACED.segment_kind, UNTRACED_NAME), step, t - lo)
 
     def _across(self, totals: dict, step: int, rank: int, key: str, index: int, t: float, lo: float) -> tuple[int, float]:  # fmt: skip
         """The collective ``key``/``index`` that ``rank``'s walk reached at ``t``: its transfer

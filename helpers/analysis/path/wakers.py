@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_CATEGORIES, name_matches
+from ...traces.kinds import GPU_CATEGORIES, name_matches
 
-__all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
+__all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE", "IntervalArrays", "first_row"]
 
 #: How close to a waiting interval's end its waker must end (µs, either side): a thread resumes
 #: microseconds after what it waited for, a few ms on a crowded CPU, and gloo's thread may close
@@ -174,3 +174,10 @@ class IntervalArrays:
     @classmethod
     def of(cls, iv: pd.DataFrame) -> IntervalArrays:
         return cls(*(iv[c].to_numpy() for c in ("rank", "lane_id", "start_us", "end_us", "event")))
+
+
+def first_row(arrays: IntervalArrays, row: int) -> int:
+    """The first interval row of the event whose interval is ``row``."""
+    while row > 0 and arrays.event[row - 1] == arrays.event[row] and arrays.lane[row - 1] == arrays.lane[row]:  # fmt: skip
+        row -= 1
+    return row

@@ -29,19 +29,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import name_matches
-from .graph import retime as retime_graph
+from ...traces.kinds import name_matches
+from .graph import replayed_times
 from .lanes import Lanes, lane_intervals
 
-__all__ = ["replay_step_times", "replay_error", "what_if", "retime"]
+__all__ = ["replay_step_times", "replay_error", "what_if", "replayed_intervals"]
 
 
-def retime(lanes: Lanes, shrink: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def replayed_intervals(
+    lanes: Lanes, shrink: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """New ``(starts, ends)`` of every interval of ``lanes`` (:func:`.lanes.lane_intervals`):
-    the run re-timed over every edge of its graph (:func:`.graph.retime`) with each interval's
+    the run re-timed over every edge of its graph (:func:`.graph.replayed_times`) with each interval's
     own time multiplied by ``shrink`` (one factor per interval; 1 keeps it, 0 removes it: a
     removed wait ends as it begins)."""
-    value = retime_graph(lanes.graph, shrink)
+    value = replayed_times(lanes.graph, shrink)
     return value[0::2], value[1::2]
 
 
@@ -71,7 +73,7 @@ def replay_step_times(
     re-timed with everything as measured: how well the model reproduces the run (``window``:
     the windows that are the steps, as :func:`helpers.critical_path` takes them)."""
     lanes = lane_intervals(events, window=window) if lanes is None else lanes
-    return _step_durations(lanes, *retime(lanes))
+    return _step_durations(lanes, *replayed_intervals(lanes))
 
 
 def replay_error(
@@ -146,8 +148,8 @@ def what_if(
             "of that rank (a regular expression on event names, e.g. 'DataLoader' or "
             "'^aten::convolution_backward$')"
         )
-    replayed = _step_durations(lanes, *retime(lanes))
-    changed = _step_durations(lanes, *retime(lanes, shrink))
+    replayed = _step_durations(lanes, *replayed_intervals(lanes))
+    changed = _step_durations(lanes, *replayed_intervals(lanes, shrink))
     measured = _measured_per_rank(lanes)
     predicted = (measured + changed - replayed).median(axis=1).rename("predicted step (ms)")
     predicted.attrs["measured"] = measured.median(axis=1)

@@ -37,8 +37,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import event_names
-from .graph import (
+from ...traces.kinds import event_names
+from .dependencies import (
     DEPENDENCIES,
     UNTRACED,
     UNTRACED_NAME,
@@ -102,7 +102,9 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     pos = events.index.get_indexer(raw["label"].to_numpy())
     known = pos >= 0
     names = np.where(known, event_names(events).to_numpy()[np.maximum(pos, 0)], UNTRACED_NAME)
-    kinds = np.where(known, events["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], UNTRACED)
+    kinds = np.where(
+        known, events["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], UNTRACED.segment_kind
+    )
     reason = raw["reason"].to_numpy()
     given = np.array([segment_kind(r) or "" for r in reason], dtype=object)  # by the dependency
     kinds = np.where(given != "", given, kinds)
@@ -161,7 +163,11 @@ class PathWalker:
         self.arrays = {"start": iv["start_us"].to_numpy(), "label": iv["event"].to_numpy()}
         self.arrays["dependency"] = dependency
         source = graph.source[binding]  # the node it waited for
-        self.there = graph.time[source].tolist()  # when that node happened
+        # when that node happened; where it is the start of a call still under way when the
+        # interval ended (an issue inside the call, a copy that began before its call
+        # returned), the path goes on in that call at the interval's end
+        under_way = graph.during[binding]
+        self.source_time = np.where(under_way, graph.time[1::2], graph.time[source]).tolist()
         self.source = (source // 2).tolist()  # the interval of that node
         self.lane_of = lane_ids.tolist()
         #: per dependency code: its own time?, a collective?, named after the next event?, name
@@ -192,7 +198,7 @@ class PathWalker:
     def walk(self, step: int, lane: int, t: float, lo: float, rows: list) -> tuple | None:
         """Walk back from ``t`` on ``lane`` to ``lo``, adding segments to ``rows`` (latest
         first); None at ``lo`` or the lane's beginning, else ``(row, moment, why)`` where a
-        subclass stopped it, a :class:`Stop` (:class:`~helpers.analysis.path_by_rank._RankWalker`:
+        subclass stopped it, a :class:`Stop` (:class:`~helpers.analysis.path.by_rank._RankWalker`:
         at a collective, or where an earlier walk went on)."""
         seen: set[tuple[int, float]] = set()
         row = -1
@@ -202,40 +208,40 @@ class PathWalker:
                 row = before
             else:
                 row = self.row_at(lane, t)
-            stuck = (lane, t) in seen
+            revisited = (lane, t) in seen
             seen.add((lane, t))
             if row < 0 or self.ends[row] < t:  # nothing recorded on this lane until t
                 start = self.ends[row] if row >= 0 else lo
-                rows.append((step, lane, -1, max(start, lo), t, UNTRACED, None))
+                rows.append((step, lane, -1, max(start, lo), t, UNTRACED.name, None))
                 if row < 0:
                     return None
                 t = start
                 continue
-            went = self.take(step, row, t, lo, rows, stuck)
+            went = self.take(step, row, t, lo, rows, revisited)
             if went is None or isinstance(went, Stop):
                 return went
             lane, t = went
         return None
 
-    def take(self, step: int, row: int, t: float, lo: float, rows: list, stuck: bool):
+    def take(self, step: int, row: int, t: float, lo: float, rows: list, revisited: bool):
         """Add what held ``row``'s lane until ``t`` (its binding edge); return where the walk
         goes on."""
-        if self.own_name[row] is not None and not stuck:
+        if self.own_name[row] is not None and not revisited:
             return self.descend(step, row, t, lo, rows)
         lane, start, label = self.lane_of[row], self.starts[row], self.label[row]
         own, collective, names_next, name = self.rules[self.dependency[row]]
-        if stuck or own:  # its own time (a walk in a cycle takes it as such)
+        if revisited or own:  # its own time (a walk that came back to it, in a cycle, takes it so)
             reason = name if own else own_reason(DEPENDENCIES[self.dependency[row]], label)
             rows.append((step, lane, label, start if start > lo else lo, t, reason, None))
             return lane, start
         if collective:
             return self.collective(step, row, t, lo, rows)
-        there = self.there[row]
-        if there < t:
+        source_time = self.source_time[row]
+        if source_time < t:
             if names_next and row + 1 < len(self.label):
                 label = self.label[row + 1]  # the launch of what starts after the gap
-            rows.append((step, lane, label, there if there > lo else lo, t, name, None))
-        return self.lane_of[self.source[row]], (there if there < t else t)
+            rows.append((step, lane, label, source_time if source_time > lo else lo, t, name, None))  # fmt: skip
+        return self.lane_of[self.source[row]], min(source_time, t)
 
     def descend(self, step: int, row: int, t: float, lo: float, rows: list):
         """``row`` and the rows before it on its lane that are own time too, down to ``lo``:
@@ -253,7 +259,7 @@ class PathWalker:
         """A collective: its transfer, from the last arrival on, then that rank's way to it."""
         label = self.label[row]
         last = self.source[row]  # the last arrival (its own, where it arrived last)
-        begin = min(self.there[row], t)
+        begin = min(self.source_time[row], t)
         moved = self.rank[last] != self.rank[row]
         here, to_rank = (last, int(self.rank[row])) if moved else (row, None)
         reason = self.rules[self.dependency[row]][3]

@@ -1,0 +1,302 @@
+"""The dependency graph under the critical path: each moment of a run's lanes and what it waited
+for, one table of edges that the path (:mod:`.walk`), the replay (:mod:`.replay`), the path rank
+by rank (:mod:`.by_rank`), the report and the figure all read.
+
+**Nodes.** Interval ``i`` of :func:`.lanes.lane_intervals` (a stretch of one lane: an op's own
+time, a collective, a gap) has two: ``2i``, its start, and ``2i + 1``, its end.
+
+**Edges.** Rows of arrays: ``source`` node, ``target`` node, ``dependency`` (a code into
+:data:`.dependencies.DEPENDENCIES`) and ``lag`` (µs): the target happens no sooner than ``lag``
+after the source. The builders (:mod:`.builders`) add the edges of what each interval may have
+waited for, every candidate they find; :meth:`Graph.of` adds the rest:
+
+- every interval's end has one edge from its own start (:attr:`~.dependencies.Dependency.own_start`):
+  its own time (``work``, ``untraced``, ``queue``) or, for a collective, ``begin`` (lag 0);
+- every interval's start has one from the end of the one before it on its lane (``lane order``);
+- the edges of a wait (:attr:`~.dependencies.Dependency.waits`) and the wait's own edge all carry
+  the wait's *delay*: how long after the last of what it waited for (its own start included) it
+  ended, as measured (:func:`wait_delays`). So a wait ends that long after whichever of its
+  candidates comes last, as measured or once a what-if moves them.
+
+**The last arrival decides.** Of a node's edges, the one whose source, measured, arrived last
+(its time plus the lag) *binds* it: :func:`binding_edges` decides it once, for every node, with
+:func:`latest`, the one implementation of the rule; ties go to the source on the node's own rank,
+then to the dependency listed first. The path walks back along binding edges; the replay
+(:func:`replayed_times`) takes the latest of *all* a node's edges, so a what-if that shortens the
+binding one still meets the others. :func:`validate` says where the graph is not what it should
+be: negative lags, cycles.
+
+**Adding a dependency** (a receive waiting for its send, say): a row in
+:data:`.dependencies.DEPENDENCIES` (its name is the path's reason; its place in the table breaks
+ties), a builder in :mod:`.builders` (a function of the run's :class:`~.builders.LanesAndEvents`
+and the intervals it may hold, that returns its :class:`Edges`), its place in
+:func:`.builders.graph_of`, and rows of tiny traces and the edges they must give in
+``tests/test_graph.py``'s ``BUILDERS``, and a case with a known answer in
+``tests/test_known_answers.py``. The path, the replay, the figure and the report then read it
+with no change: none of them names a dependency.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .dependencies import BEGIN, DEPENDENCIES, LANE_ORDER, Dependency
+
+__all__ = [
+    "Edges",
+    "Graph",
+    "binding_edges",
+    "latest",
+    "wait_delays",
+    "replayed_times",
+    "validate",
+]
+
+_CODE = np.int8
+_WAITS = np.array([d.waits for d in DEPENDENCIES], dtype=bool)
+_OWN_START = np.array([d.own_start for d in DEPENDENCIES], dtype=bool)
+_OWN_TIME = np.array([d.own_time for d in DEPENDENCIES], dtype=bool)
+
+
+@dataclass
+class Edges:
+    """Some edges of the graph, as a builder returns them: ``source`` and ``target`` nodes, their
+    ``dependency`` (one for all), each edge's ``lag`` (µs; None for the edges of a wait, whose
+    lag is the wait's delay, :func:`wait_delays`), and whether the target was issued *during*
+    the source's interval, the source being its start (a call that returned after what it
+    issued began: the path goes on in the call at the target's moment)."""
+
+    source: np.ndarray
+    target: np.ndarray
+    dependency: Dependency
+    lag: np.ndarray | None = None
+    during: bool = False
+
+    @classmethod
+    def of(cls, source, target, dependency: Dependency, lag=None, during: bool = False) -> Edges:
+        source = np.asarray(source, dtype=np.int64)
+        if lag is not None:
+            lag = np.broadcast_to(np.asarray(lag, dtype=float), source.shape).copy()
+        return cls(source, np.asarray(target, dtype=np.int64), dependency, lag, during)
+
+
+@dataclass
+class Graph:
+    """The graph of a run's intervals: ``source, target, dependency, lag, during`` per edge
+    (arrays, :class:`Edges`), ``time`` per node (measured, µs), ``rank`` per node, and
+    ``binding``: per node, the edge that decided it (-1: none, the first moment of a lane)."""
+
+    source: np.ndarray
+    target: np.ndarray
+    dependency: np.ndarray
+    lag: np.ndarray
+    during: np.ndarray
+    time: np.ndarray
+    rank: np.ndarray
+    binding: np.ndarray
+
+    @classmethod
+    def of(cls, parts: list[Edges], intervals: pd.DataFrame, own: np.ndarray) -> Graph:
+        """The graph of ``intervals`` (:attr:`.lanes.Lanes.intervals`: ``lane_id, rank,
+        start_us, end_us``, sorted by lane then time) from the builders' edges (``parts``),
+        each interval's edge from its own start (``own``: the code of its dependency, one per
+        interval) and its lane's order added, every wait's delay measured and the binding edges
+        decided (:func:`binding_edges`)."""
+        starts, ends = intervals["start_us"].to_numpy(float), intervals["end_us"].to_numpy(float)
+        lane = intervals["lane_id"].to_numpy()
+        time = np.ravel(np.column_stack([starts, ends]))
+        rank = np.repeat(intervals["rank"].to_numpy(), 2)
+        rows = np.arange(len(starts))
+        after = rows[1:][lane[1:] == lane[:-1]]
+        parts = [
+            *parts,
+            Edges.of(2 * rows, 2 * rows + 1, BEGIN),  # own edges: their codes and lags below
+            Edges.of(2 * after - 1, 2 * after, LANE_ORDER, 0.0),
+        ]
+        source = np.concatenate([p.source for p in parts])
+        target = np.concatenate([p.target for p in parts])
+        dependency = np.concatenate([np.full(len(p.source), p.dependency.code, _CODE) for p in parts])  # fmt: skip
+        lag = np.concatenate([np.full(len(p.source), np.nan) if p.lag is None else p.lag for p in parts])  # fmt: skip
+        during = np.concatenate([np.full(len(p.source), p.during) for p in parts])
+        mine = slice(len(source) - len(after) - len(rows), len(source) - len(after))
+        dependency[mine] = own
+        delay = wait_delays(source, target, dependency, time, during)
+        waiting = ~np.isnan(delay)
+        lag[mine] = np.where(_OWN_TIME[own], np.where(waiting, delay, ends - starts), 0.0)
+        waits = _WAITS[dependency] & (target % 2 == 1)
+        lag[waits] = delay[target[waits] // 2]
+        lag[during] = time[target[during]] - time[source[during]]  # issued that long into it
+        binding = binding_edges(source, target, dependency, lag, time, rank)
+        return cls(source, target, dependency, lag, during, time, rank, binding)
+
+    def decided_by(self, node: int) -> int:
+        """The dependency code of ``node``'s binding edge (-1: none)."""
+        edge = self.binding[node]
+        return int(self.dependency[edge]) if edge >= 0 else -1
+
+
+def wait_delays(source, target, dependency, time, during) -> np.ndarray:
+    """Per interval, how long after the last of what it waited for it ended: its end less the
+    latest of its start and its wait edges' sources (:attr:`.dependencies.Dependency.waits`; a
+    source that issued it ``during`` its interval counts at the wait's end: it issued it then),
+    as measured; never below 0 (a source that ended after the wait had ended, a span closed
+    late, arrives after it: the replay says so); NaN for an interval with no wait edge.
+
+    Args:
+        source: each edge's source node.
+        target: each edge's target node.
+        dependency: each edge's dependency code.
+        time: each node's measured time (µs).
+        during: per edge, whether its target was issued during its source's interval.
+    """
+    n = len(time) // 2
+    waits = _WAITS[dependency] & (target % 2 == 1)  # into a start: a bound with its own lag
+    last = np.full(n, -np.inf)
+    at = np.where(during, time[target], time[source])
+    np.maximum.at(last, target[waits] // 2, at[waits])
+    waiting = np.isfinite(last)
+    delay = np.full(n, np.nan)
+    delay[waiting] = np.maximum(time[1::2][waiting] - np.maximum(last[waiting], time[0::2][waiting]), 0.0)  # fmt: skip
+    return delay
+
+
+def latest(arrival: np.ndarray, group: np.ndarray, *tie_breaks: np.ndarray) -> np.ndarray:
+    """For each group, the position of its latest ``arrival`` (the last arrival decides), ties
+    going to the smallest ``tie_breaks`` in order, then to the first position: one position per
+    group, in the order of the sorted group ids."""
+    if not len(group):
+        return np.zeros(0, dtype=np.int64)
+    keys = [np.arange(len(group))[::-1], *[-t for t in tie_breaks[::-1]], arrival, group]
+    order = np.lexsort(keys)
+    last = np.r_[group[order][1:] != group[order][:-1], True]
+    return order[last]
+
+
+def binding_edges(source, target, dependency, lag, time, rank) -> np.ndarray:
+    """Per node, the edge that decided it at the measured times: the one whose source arrived
+    last (its time plus the lag), ties going to a source on the node's own rank (clocks of two
+    machines may disagree by more than the gap), then to the dependency listed first in
+    :data:`.dependencies.DEPENDENCIES`; -1 for a node without edges.
+
+    Args:
+        source: each edge's source node.
+        target: each edge's target node.
+        dependency: each edge's dependency code.
+        lag: each edge's lag (µs).
+        time: each node's measured time (µs).
+        rank: each node's rank.
+    """
+    binding = np.full(len(time), -1, dtype=np.int64)
+    if not len(source):
+        return binding
+    alone = np.bincount(target, minlength=len(time))[target] == 1  # most nodes: one edge
+    binding[target[alone]] = np.flatnonzero(alone)
+    edges = np.flatnonzero(~alone)  # the others' edges, in their order
+    source, target = source[edges], target[edges]
+    arrival = time[source] + lag[edges]
+    other_rank = (rank[source] != rank[target]).astype(np.int64)
+    chosen = latest(arrival, target, other_rank, dependency[edges].astype(np.int64))
+    binding[target[chosen]] = edges[chosen]
+    return binding
+
+
+def replayed_times(graph: Graph, shrink: np.ndarray | None = None) -> np.ndarray:
+    """Every node's time with each interval's own time multiplied by ``shrink`` (one factor per
+    interval; 1 keeps it, 0 removes it: its end then only waits for its start): a max-plus pass
+    over every edge, in an order where each node comes after its sources (nodes in a cycle,
+    :func:`validate`, and those after them keep their measured time: no order satisfies
+    them)."""
+    n = len(graph.time)
+    lag = graph.lag.copy()
+    keep = np.ones(len(lag), dtype=bool)
+    if shrink is not None:
+        own = _OWN_START[graph.dependency]
+        lag[own] *= shrink[graph.target[own] // 2]
+        removed = shrink[graph.target // 2] == 0.0
+        keep = ~(removed & (graph.target % 2 == 1) & ~own)
+    source, target, lag = graph.source[keep], graph.target[keep], lag[keep]
+    order = np.argsort(target, kind="stable")
+    source, target, lag = source[order], target[order], lag[order]
+    first = np.searchsorted(target, np.arange(n + 1))
+    value = graph.time.copy()
+    ordered, stuck = _topological(n, source, target, first)
+    for node in ordered[: n - len(stuck)]:
+        lo, hi = first[node], first[node + 1]
+        if hi > lo:
+            value[node] = max(value[s] + g for s, g in zip(source[lo:hi].tolist(), lag[lo:hi].tolist()))  # fmt: skip
+    return value
+
+
+def validate(graph: Graph, names: list[str] | None = None) -> pd.DataFrame:
+    """What is wrong with ``graph``: one row per finding, ``problem`` (``negative lag``: an edge
+    that lets its target happen before its source; ``cycle``: nodes that wait, through their
+    edges, for themselves, which no order of the run can satisfy), ``dependency``, the
+    ``nodes`` touched and, given each interval's name in ``names``, the ``events``. An empty
+    table: the graph is a graph of a run (HTA's critical path refuses both)."""
+    rows = []
+    for e in np.flatnonzero(graph.lag < 0):
+        rows.append(("negative lag", DEPENDENCIES[graph.dependency[e]].name, [int(graph.source[e]), int(graph.target[e])]))  # fmt: skip
+    n = len(graph.time)
+    order = np.argsort(graph.target, kind="stable")
+    first = np.searchsorted(graph.target[order], np.arange(n + 1))
+    _, stuck = _topological(n, graph.source[order], graph.target[order], first)
+    for cycle in _cycles(stuck, graph):
+        kinds = sorted({DEPENDENCIES[graph.dependency[e]].name for e in cycle})
+        nodes = sorted({int(graph.target[e]) for e in cycle})
+        rows.append(("cycle", ", ".join(kinds), nodes))
+    found = pd.DataFrame(rows, columns=["problem", "dependency", "nodes"])
+    if names is not None:
+        found["events"] = [[names[node // 2] for node in nodes] for nodes in found["nodes"]]
+    return found
+
+
+def _cycles(stuck: np.ndarray, graph: Graph) -> list[list[int]]:
+    """One cycle of edges per group of ``stuck`` nodes (those Kahn's order could not place):
+    from each, follow an edge whose source is stuck too until a node comes back."""
+    left = set(stuck.tolist())
+    into: dict[int, list[int]] = {}
+    for e in np.flatnonzero(np.isin(graph.target, stuck) & np.isin(graph.source, stuck)):
+        into.setdefault(int(graph.target[e]), []).append(int(e))
+    cycles = []
+    while left:
+        node, seen, edges = min(left), {}, []
+        while node not in seen and node in left and node in into:
+            seen[node] = len(edges)
+            edge = into[node][0]
+            edges.append(edge)
+            node = int(graph.source[edge])
+        if node in seen:
+            cycles.append(edges[seen[node] :])
+        left -= set(seen) | {node}
+    return cycles
+
+
+def _topological(n: int, source, target, first) -> tuple[list[int], np.ndarray]:
+    """The nodes in an order where each comes after its sources (Kahn's algorithm), those left
+    in a cycle last, in their own order; and those left (an array). ``first``: where each
+    node's edges begin in ``source``/``target`` (sorted by target)."""
+    waiting = np.diff(first)
+    by_source = np.argsort(source, kind="stable")
+    followers_of = target[by_source].tolist()
+    starts = np.searchsorted(source[by_source], np.arange(n + 1)).tolist()
+    waiting = waiting.tolist()
+    ready = deque(i for i in range(n) if waiting[i] == 0)
+    order: list[int] = []
+    while ready:
+        node = ready.popleft()
+        order.append(node)
+        for f in followers_of[starts[node] : starts[node + 1]]:
+            waiting[f] -= 1
+            if waiting[f] == 0:
+                ready.append(f)
+    stuck = np.zeros(0, dtype=np.int64)
+    if len(order) < n:
+        placed = np.zeros(n, dtype=bool)
+        placed[order] = True
+        stuck = np.flatnonzero(~placed)
+        order += stuck.tolist()
+    return order, stuck
