@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from conftest import REPO, complete_event, trace_doc, write_doc
 from helpers import critical_path, what_if
-from helpers.analysis.path.builders import unmatched_stream_waits
 from helpers.analysis.path.dependencies import (
     BEGIN,
     DEPENDENCIES,
@@ -461,12 +460,11 @@ def test_a_lanes_intervals_are_labelled_by_the_event_on_top_of_its_stack(spans, 
 H200_STREAMS = REPO / "tests" / "data" / "h200-streams"
 
 
-def test_stream_waits_that_do_not_say_what_they_waited_for_are_said_not_followed():
-    events = load_run(H200_STREAMS, cache=False).events
-    assert unmatched_stream_waits(events) == 6
-    with pytest.warns(UserWarning, match="6 of the 6 stream waits .* do not say which stream"):
-        path = critical_path(events)
-    assert (path["reason"] != "stream wait").all()
+def test_stream_waits_that_do_not_say_what_they_waited_for_are_followed_by_their_record_call():
+    path = critical_path(load_run(H200_STREAMS, cache=False).events)
+    held = path[path["reason"] == "stream wait"]
+    assert len(held) == path["step"].nunique()  # each step's add waits for the side stream's mm
+    assert held["waited_for"].str.contains("gemm.* · rank 0 · GPU 0 stream 20 \\(inferred\\)").all()  # fmt: skip
 
 
 def test_each_dependencys_code_is_its_place_in_the_registry():

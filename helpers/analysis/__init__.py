@@ -9,7 +9,9 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``intervals``: wall time of overlapping intervals, counted once.
 - ``steps``: step times, time per kind, the heaviest ops, time per line of a script.
 - ``collectives``: the same collective matched on every rank; waiting against moving data,
-  the straggler, overlap with computation, bandwidth.
+  the straggler, overlap with computation; ``arrival``: when each rank arrived at one (its
+  data ready: a rank that first waits for its own GPU arrives when that ends); ``bandwidth``:
+  the bandwidth each achieved, as nccl-tests defines it.
 - ``point_to_point``: each send paired with the receive that took its data (a pipeline's
   stages), from the peers and tags the trace records; how long each stage waited for the others.
 - ``memory``: memory in use over time from a starting point, and its peaks.
@@ -30,12 +32,11 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
   parts it kept of each rank).
 """
 
+from .bandwidth import bus_factor, collective_bandwidth
 from .clocks import clock_offsets, shift_ranks
 from .collectives import (
     COLLECTIVE_NAMES,
     NCCL_KERNELS,
-    bus_factor,
-    collective_bandwidth,
     collective_source,
     collective_waits,
     communication_overlap,

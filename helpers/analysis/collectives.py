@@ -16,7 +16,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_WORK_KINDS, event_names, name_matches
+from ..traces.kinds import GPU_COPY_CATEGORIES, GPU_WORK_KINDS, event_names, name_matches
+from .arrival import data_ready
 from .intervals import busy_ms_per_group, covered_us, merge_intervals
 from .point_to_point import TRANSFER_RECORDS
 
@@ -31,8 +32,6 @@ __all__ = [
     "find_straggler",
     "waiting_per_group",
     "communication_overlap",
-    "collective_bandwidth",
-    "bus_factor",
 ]
 
 
@@ -93,7 +92,10 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     each rank); else its event name (the i-th such on each rank). A warning says so where the
     ranks are each in several process groups and collectives do not say their group."""
     pattern = collective_source(events).pattern if names is None else names
-    ev = events[name_matches(events, pattern)].sort_values(["rank", "start_us"], kind="stable")
+    # Kineto's copies of CPU annotations on a GPU stream (gloo's spans of CUDA tensors) are no
+    # collective of their own
+    copies = events["cat"].isin(GPU_COPY_CATEGORIES).to_numpy()
+    ev = events[name_matches(events, pattern) & ~copies].sort_values(["rank", "start_us"], kind="stable")  # fmt: skip
     ev = ev.assign(name=event_names(ev))
     label = ev["collective"].astype(str).where(ev["collective"].notna(), ev["name"])
     group = ev["process_group"].astype(str).where(ev["process_group"].notna(), "")
@@ -112,6 +114,7 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     ev["key"] = key
     ev["matched_by"] = pd.Categorical([_MATCHED_BY[h] for h in how])
     ev["index"] = ev.groupby(["rank", "key"]).cumcount()
+    ev["arrival_us"] = data_ready(events, ev)
     _warn_across_groups(events, ev)
     return ev
 
@@ -193,13 +196,18 @@ def collective_waits(events: pd.DataFrame, names: str | None = None) -> pd.DataF
     the rest of each rank's duration is time spent waiting for the others. This needs no
     agreement between the ranks' clocks. With one rank loaded, the transfer is its duration.
 
+    A rank that first waits inside the collective for its own GPU (gloo on CUDA tensors)
+    arrives when that wait ends (``arrival_us``, :func:`data_ready`): waiting for its own GPU
+    is not waiting for the others.
+
     Returns one row per collective and rank: ``name, index, rank, step, start_us, dur_us,
-    transfer_us, wait_us, matched_by`` (and ``key``: what identifies the collective);
+    arrival_us, transfer_us, wait_us, matched_by`` (and ``key``: what identifies the
+    collective);
     collectives missing on some rank are left out, and so are gloo's records of sends and
     receives (:func:`helpers.sends_and_receives` pairs them). ``step`` is the step that
     launched a GPU kernel.
     """
-    columns = ["name", "index", "rank", "step", "start_us", "dur_us", "transfer_us", "wait_us"]
+    columns = ["name", "index", "rank", "step", "start_us", "dur_us", "arrival_us", "transfer_us", "wait_us"]  # fmt: skip
     return collectives_with_waits(events, names)[columns + ["matched_by", "key"]].reset_index(
         drop=True
     )
@@ -210,20 +218,22 @@ def collectives_with_waits(events: pd.DataFrame, names: str | None) -> pd.DataFr
     (the backends' records of sends and receives left out: no collective)."""
     ev = matched_collectives(events, names)
     ev = on_every_rank(ev[~name_matches(ev, TRANSFER_RECORDS)])
-    ev = ev.assign(transfer_us=ev.groupby(["key", "index"])["dur_us"].transform("min"))
-    ev["wait_us"] = ev["dur_us"] - ev["transfer_us"]
+    held = ev["dur_us"] - (ev["arrival_us"] - ev["start_us"])  # from its data being ready
+    ev = ev.assign(transfer_us=held.groupby([ev["key"], ev["index"]]).transform("min"))
+    ev["wait_us"] = held - ev["transfer_us"]
     return ev
 
 
 def waiting_per_step(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
     """Time each rank spent waiting in collectives, per step, in ms (rows: step, columns: rank).
 
-    Waiting is the first ``wait_us`` of each collective (see :func:`collective_waits`).
+    Waiting is the first ``wait_us`` of each collective from the rank's arrival (see
+    :func:`collective_waits`).
     Collectives run on several threads (or streams) at once, so the waiting intervals of
     one rank and step are joined and counted once: wall time, not a sum of durations.
     """
     waits = collective_waits(events, names).dropna(subset=["step"])
-    waits["wait_end_us"] = waits["start_us"] + waits["wait_us"]
+    waits = waits.assign(start_us=waits["arrival_us"], wait_end_us=waits["arrival_us"] + waits["wait_us"])  # fmt: skip
     table = busy_ms_per_group(waits, ["step", "rank"], "wait_end_us").unstack(
         "rank", fill_value=0.0
     )
@@ -270,7 +280,8 @@ def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.Data
         )
     waits = waits.assign(
         process_group=waits["process_group"].astype(str),
-        wait_end_us=waits["start_us"] + waits["wait_us"],
+        start_us=waits["arrival_us"],
+        wait_end_us=waits["arrival_us"] + waits["wait_us"],
     )
     per_step = busy_ms_per_group(waits, ["process_group", "rank", "step"], "wait_end_us")
     per_member = per_step.groupby(level=["process_group", "rank"]).median()
@@ -352,48 +363,3 @@ def communication_overlap(events: pd.DataFrame, names: str | None = None) -> pd.
 
 
 # -------------------------------------------------------------------- bandwidth
-
-
-def bus_factor(collective: str, group_size: float) -> float:
-    """nccl-tests' factor from algorithm to bus bandwidth for a collective of ``group_size``
-    ranks: 2(n-1)/n for all-reduce; (n-1)/n for all-gather, reduce-scatter, all-to-all,
-    gather and scatter; 1 for broadcast, reduce, send and receive; NaN when unknown."""
-    name = collective.lower().replace("_", "")
-    n = group_size
-    if not n or n != n or "barrier" in name:
-        return float("nan")
-    if "allreduce" in name:
-        return 2 * (n - 1) / n
-    if any(k in name for k in ("allgather", "reducescatter", "alltoall", "gather", "scatter")):
-        return (n - 1) / n
-    if any(k in name for k in ("broadcast", "reduce", "send", "recv")):
-        return 1.0
-    return float("nan")
-
-
-def collective_bandwidth(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
-    """Achieved bandwidth of each collective whose message size the trace records, per rank.
-
-    As nccl-tests defines it: algorithm bandwidth ``algbw = size / time`` and bus bandwidth
-    ``busbw = algbw * factor`` (:func:`bus_factor`: 2(n-1)/n for an all-reduce of n ranks), in
-    GB/s (10^9 bytes). ``size`` is ``msg_bytes`` (the whole buffer); ``time`` is the
-    collective's transfer time from :func:`collective_waits` (its shortest duration across
-    the loaded ranks, so waiting for a late rank does not count; with one rank loaded it is
-    that rank's duration, waiting included, and the bandwidth a lower bound).
-
-    Returns ``name, collective, rank, step, msg_bytes, group_size, time_us, algbw_gbps,
-    busbw_gbps``; empty when no collective records its size.
-    """
-    waits = collectives_with_waits(events, names)
-    sized = waits[waits["msg_bytes"].notna() & (waits["transfer_us"] > 0)]
-    sized = sized[sized["msg_bytes"] > 0].rename(columns={"transfer_us": "time_us"})
-    out = sized[["name", "collective", "rank", "step", "msg_bytes", "group_size", "time_us"]]
-    out = out.assign(collective=out["collective"].astype(str))
-    algbw = out["msg_bytes"].astype(float).to_numpy() / out["time_us"].to_numpy() / 1e3
-    factor = [
-        bus_factor(c, float(n)) if pd.notna(n) else float("nan")
-        for c, n in zip(out["collective"], out["group_size"])
-    ]
-    return out.assign(algbw_gbps=algbw, busbw_gbps=algbw * np.asarray(factor, float)).reset_index(
-        drop=True
-    )

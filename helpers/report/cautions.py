@@ -122,9 +122,11 @@ def cautions(facts: Facts) -> list[str]:
         said.append(
             "A rank ran GPU work on several streams, and the traces were recorded without CUDA "
             "synchronisation events: where a stream waited for another stream's event "
-            "(`cudaStreamWaitEvent`), the critical path cannot see the wait and counts it as "
-            "the stream's own queue or launch. Record them with `experimental_config="
-            "torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)`."
+            "(`cudaStreamWaitEvent`) or the CPU for a stream (`cudaStreamSynchronize`), the "
+            "critical path matched the wait to the work it waited for from the CUDA calls "
+            "around it on its thread (its `waited_for` says `inferred`). Record them with "
+            "`experimental_config=torch.profiler._ExperimentalConfig("
+            "enable_cuda_sync_events=True)` to name each synchronised stream."
         )
     if facts.rank_by_rank:
         said.append(

@@ -8,8 +8,7 @@ import re
 import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
-from ..analysis.path.builders import unmatched_stream_waits
-from ..analysis.path.dependencies import DEPENDENCIES, QUEUE, UNTRACED
+from ..analysis.path.dependencies import DEPENDENCIES, UNTRACED
 from ..analysis.path.lanes import Lanes, lane_intervals
 from ..analysis.path.walk import path_of
 from ..analysis.point_to_point import TRANSFER_RECORDS
@@ -74,10 +73,11 @@ def held_section(
     median_ms = float(per_step.median())
     long = _long(per_step)
     ops = path_summary(path[~path["step"].isin(long)], ["kind", "name"])
-    text = [_most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next."]
+    fix = _first_fix(ops)
+    text = [_most_of_it(ops.iloc[0], per_step, long) + _fix_first(ops.iloc[0], fix)]
     ranks = sorted(int(r) for r in events["rank"].unique())
-    text += _caveats(ops.iloc[0], ranks, world, unmatched_stream_waits(events))
-    text.append(_what_if(events, lanes, ops.iloc[0], median_ms))
+    text += _caveats(ops.iloc[0], ranks, world)
+    text.append(_what_if(events, lanes, fix, median_ms))
     text += _long_steps(per_step, path)
     text += _unmatched(events, names)
     step = int((per_step - median_ms).abs().idxmin())
@@ -112,9 +112,10 @@ def held_section_of_summary(
     if ops.empty:
         return None
     text = [
-        _most_of_it(ops.iloc[0], per_step, long) + " Fix that first; the table has the next. "
-        "It was strung together from each rank's part of the path, the run being too large to "
-        "load whole: for the figure and the what-if, run the report on the files of the ranks "
+        _most_of_it(ops.iloc[0], per_step, long)
+        + _fix_first(ops.iloc[0], _first_fix(ops))
+        + " It was strung together from each rank's part of the path, the run being too large "
+        "to load whole: for the figure and the what-if, run the report on the files of the ranks "
         "the table names."
     ]
     text += _caveats(ops.iloc[0], list(summary.ranks), world)
@@ -149,17 +150,10 @@ def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
     )
 
 
-def _caveats(top: pd.Series, ranks: list[int], world: int | None, unmatched: int = 0) -> list[str]:
+def _caveats(top: pd.Series, ranks: list[int], world: int | None) -> list[str]:
     """What the first row cannot say: an annotation's time with nothing recorded under it, a
-    path through a few of the job's ranks (``ranks``, those traced), a GPU stream's queue in
-    traces whose stream waits do not say what they waited for (``unmatched`` of them)."""
+    path through a few of the job's ranks (``ranks``, those traced)."""
     said = []
-    if top["kind"] == QUEUE.segment_kind and unmatched:
-        said.append(
-            f"Part of that queue may be a GPU stream waiting for another stream's work: {unmatched} "
-            "stream waits in these traces do not say which stream they waited for, so the path "
-            "cannot follow them (see what the traces cannot tell)."
-        )
     if top["kind"] == "annotation":
         said.append(
             f"`{_short(top['name'])}` is an annotation, and nothing the profiler recorded ran "
@@ -189,16 +183,40 @@ def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def _first_fix(ops: pd.DataFrame) -> pd.Series:
+    """The heaviest row of the path's table (``ops``, :func:`helpers.path_summary`) that is
+    work a rank did itself, which a what-if can remove by name; the heaviest row where none
+    is."""
+    work = ops[~ops["kind"].isin(_NOT_REMOVABLE)]
+    return work.iloc[0] if len(work) else ops.iloc[0]
+
+
+def _fix_first(top: pd.Series, fix: pd.Series) -> str:
+    """What to fix first: the heaviest op on the path (``top``), or, where that is no work of a
+    rank's own (a collective's transfer, a wait), the heaviest that is (``fix``)."""
+    if fix.equals(top):
+        return " Fix that first; the table has the next."
+    why = _not_removable(str(top["kind"]))
+    return (
+        f" That is no work a rank did itself ({why}). Of the work on the path, the heaviest is "
+        f"rank {int(fix['rank'])}'s `{_short(fix['name'])}` ({fix['kind']}): "
+        f"{fix['ms_per_step']:.1f} ms per step (median), {fix['share']:.0%} of the path. Fix "
+        "that first; the table has the next."
+    )
+
+
+def _not_removable(kind: str) -> str:
+    """Why a what-if cannot remove a segment of ``kind`` by name."""
+    if kind == UNTRACED.segment_kind:
+        return "untraced: no event recorded it; with_stack=True shows the Python that ran there"
+    return f"{kind}: a collective's own time or a wait, set by what comes before it"
+
+
 def _what_if(events: pd.DataFrame, lanes: Lanes, top: pd.Series, median_ms: float) -> str:
-    """What removing the heaviest op of the path would buy, predicted; or why it cannot be."""
+    """What removing an op of the path would buy, predicted; or why it cannot be."""
     rank, name = int(top["rank"]), str(top["name"])
     if top["kind"] in _NOT_REMOVABLE:
-        return (
-            f"A what-if cannot remove it by name ({top['kind']}: "
-            + ("no event recorded it; with_stack=True shows the Python that ran there)."
-               if top["kind"] == UNTRACED.segment_kind else "a collective's own time or a thread's "
-               "start, set by what comes before it).")
-        )  # fmt: skip
+        return f"A what-if cannot remove it by name ({_not_removable(str(top['kind']))})."
     predicted = what_if(events, rank, f"^{re.escape(name)}$", lanes=lanes)
     error = float(predicted.attrs["replay_error"].max())
     return (

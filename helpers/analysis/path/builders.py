@@ -2,21 +2,22 @@
 intervals (:func:`.lanes.lane_intervals`) and returns the edges of what some intervals may have
 waited for, every candidate it finds; it decides nothing (:func:`.graph.binding_edges` alone
 picks, of a moment's edges, the one that held it). Which builder looks at an interval depends
-only on what the interval is:
+only on what the interval is (:data:`INTERVAL_KINDS`):
 
 1. a collective matched on several ranks: ``transfer`` (:func:`transfer_edges`, an edge from
    every rank's arrival);
 2. the wait at the end of a send's or a receive's record: ``receive`` and ``send``
    (:func:`receive_edges`: from the send's issue and the receive's posting);
 3. on a worker lane (a GPU stream, gloo's collective thread), a gap or an annotation with
-   nothing under it: what its next event waited for (:func:`worker_edges`): its issuer
-   (``launch``, from the end of the kernel's launch or of gloo's ``c10d::`` call) and, on a GPU
-   stream made to wait for a CUDA event, the other stream's work that the event followed
-   (``stream wait``);
-4. on a thread, a gap, an annotation with nothing under it, a CUDA call that can block
-   (:data:`SYNC_CALLS`) or a collective's wait (:data:`WAIT_CALLS`): what ended close to its
-   end on another lane of its rank (:func:`wake_edges`, :func:`.wakers.find_wakers`): GPU work
-   for a CUDA call (``sync``), an event on another CPU thread for the others (``wake-up``).
+   nothing under it: its next event's issuer (``launch``, :func:`worker_edges`: from the end of
+   the kernel's launch or of gloo's ``c10d::`` call) and, on a GPU stream made to wait for a
+   CUDA event, the other stream's work that the event followed (``stream wait``,
+   :func:`.gpu_waits.stream_wait_edges`);
+4. on a thread, a gap, an annotation with nothing under it or a collective's wait
+   (:data:`WAIT_CALLS`): what ended close to its end on another CPU thread of its rank
+   (``wake-up``, :func:`wake_edges`); a CUDA call that blocks
+   (:data:`.gpu_waits.BLOCKING_CALLS`): the GPU work it waited for (``sync``,
+   :func:`cuda_wait_edges`).
 
 A rank's step also ends no sooner than the collectives it ran on gloo's thread in the step
 (:func:`completion_edges`), and a worker lane's event starts no sooner than it was issued, even
@@ -27,14 +28,13 @@ each interval's edge from its own start (:func:`own_dependencies`: its own time,
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import name_matches
+from ...traces.kinds import GPU_CATEGORIES, name_matches
 from .dependencies import (
     BEGIN,
     COMPLETION,
@@ -42,28 +42,24 @@ from .dependencies import (
     QUEUE,
     RECEIVE,
     SEND,
-    STREAM_WAIT,
-    SYNC,
     TRANSFER,
     UNTRACED,
     WAKE_UP,
     WORK,
 )
+from .gpu_waits import BLOCKING_CALLS, stream_wait_edges, sync_edges
 from .graph import Edges, Graph
 from .wakers import (
     IntervalArrays,
     event_ends,
     find_wakers,
     first_row,
-    launched_on_a_gpu,
     main_lane_issuers,
     worker_event_issuers,
 )
 
 __all__ = [
-    "SYNC_CALLS",
     "WAIT_CALLS",
-    "STREAM_WAIT_EVENT",
     "LanesAndEvents",
     "BUILDERS",
     "graph_of",
@@ -71,10 +67,9 @@ __all__ = [
     "transfer_edges",
     "receive_edges",
     "worker_edges",
-    "stream_waits",
-    "unmatched_stream_waits",
     "completion_edges",
     "wake_edges",
+    "cuda_wait_edges",
 ]
 
 
@@ -101,10 +96,8 @@ class LanesAndEvents:
 #: thread's wait (a gap, a bare annotation, a CUDA call that can block, a collective's wait).
 INTERVAL_KINDS = ("work", "collective", "point to point", "worker wait", "thread wait")
 
-#: CUDA runtime calls that can block the CPU until the GPU has done something: the
-#: synchronisations, a copy (to pageable host memory even ``cudaMemcpyAsync`` returns only once
-#: the copy is done), and a launch (it blocks while the stream's launch queue is full).
-SYNC_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy(?:Async)?$|^cu(?:da)?LaunchKernel(?:ExC)?$"
+#: The spans of collectives that a backend's own thread runs (gloo's, MPI's).
+COLLECTIVE_SPANS = r"^(?:gloo|mpi):"
 #: Ops that block their thread until a collective issued earlier has ended on another lane: a
 #: functional collective's wait (DTensor's, tensor parallelism's).
 WAIT_CALLS = r"^_?c10d_functional::wait_tensor$"
@@ -126,11 +119,10 @@ def _interval_kinds(lanes, ev: pd.DataFrame, arrays: IntervalArrays) -> np.ndarr
     pos = ev.index.get_indexer(label)
     has, at = pos >= 0, np.maximum(pos, 0)
     annotation = has & (ev["kind"] == "annotation").to_numpy()[at]
-    sync = has & name_matches(ev, SYNC_CALLS)[at]
-    waits = has & name_matches(ev, WAIT_CALLS)[at]
+    blocks = has & (name_matches(ev, BLOCKING_CALLS) | name_matches(ev, WAIT_CALLS))[at]
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
-    may_wait = ~has | annotation | sync | waits
-    kind = np.where(may_wait, np.where(worker, 3, 4), 0)
+    kind = np.where(~has | annotation, np.where(worker, 3, 4), 0)
+    kind[blocks] = 4  # a thread held in a call, on any lane
     kind[point_to_point_waits(lanes, arrays)] = 2
     kind[np.fromiter(lanes.instance, dtype=np.int64, count=len(lanes.instance))] = 1
     return kind
@@ -259,18 +251,20 @@ def completion_edges(run: LanesAndEvents) -> list[Edges]:
 
 
 def worker_edges(run: LanesAndEvents) -> list[Edges]:
-    """On a worker lane, what each gap (or bare annotation) before an event waited for: the
-    event's issuer (``launch``: the kernel's launch call, gloo's ``c10d::`` call; else the
-    interval of its rank's main lane that held the moment it started) and the other streams'
-    work it was made to wait for (``stream wait``, :func:`stream_waits`). Where all of them
-    had ended before the gap began, the gap's own start binds it (``queue``: the lane's previous
-    event held it). An event right after the one before it, with no gap, starts no sooner than
-    its issue (an edge into its start, lag 0: what a what-if that removes the event before must
-    meet)."""
+    """``launch``: on a worker lane, each gap (or bare annotation) before an event waited for
+    the event's issuer (the kernel's launch call, gloo's ``c10d::`` call; else the interval of
+    its rank's main lane that held the moment it started); a GPU stream may also have waited for
+    another's work (:func:`.gpu_waits.stream_wait_edges`). Where all of it had ended before the
+    gap began, the gap's own start binds it (``queue``: the lane's previous event held it). An
+    event right after the one before it, with no gap, starts no sooner than its issue (an edge
+    into its start, lag 0: what a what-if that removes the event before must meet)."""
     lanes, arrays = run.lanes, run.arrays
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
     issuers = worker_event_issuers(run.ev, lanes.intervals)
-    issuers = main_lane_issuers(arrays, worker, lanes.main_lanes(), issuers)
+    ev = run.ev
+    kinds = ev["cat"].isin(GPU_CATEGORIES).to_numpy() | name_matches(ev, COLLECTIVE_SPANS)
+    issued = worker & np.isin(arrays.event, ev.index[kinds])
+    issuers = main_lane_issuers(arrays, issued, lanes.main_lanes(), issuers)
     rows = run.rows("worker wait")
     nxt = rows + 1
     follows = nxt < len(arrays.lane)
@@ -279,7 +273,6 @@ def worker_edges(run: LanesAndEvents) -> list[Edges]:
     issuer[follows] = [issuers.get(int(e), -1) for e in arrays.event[nxt[follows]]]
     known = issuer >= 0
     by, gap, starts = issuer[known], rows[known], arrays.start[nxt[known]]
-    held, waited = stream_waits(run, rows)  # positions in rows, and the rows they waited for
     # the events right after another's end on their lane: bounds on their start
     first = np.flatnonzero(worker & (arrays.event >= 0))
     first = first[(first > 0) & (arrays.event[first] != arrays.event[first - 1])]
@@ -288,95 +281,40 @@ def worker_edges(run: LanesAndEvents) -> list[Edges]:
     first, bound_by = first[bound_by >= 0], bound_by[bound_by >= 0]
     return [
         *_issue_edges(arrays, by, starts, 2 * gap + 1, LAUNCH),
-        Edges.of(2 * waited + 1, 2 * rows[held] + 1, STREAM_WAIT),
         *_issue_edges(arrays, bound_by, arrays.start[first], 2 * first, LAUNCH, 0.0),
     ]
 
 
-def stream_waits(run: LanesAndEvents, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The gaps of ``rows`` before an event that its GPU stream was made to wait for other
-    streams' work (``cudaStreamWaitEvent``, recorded as a ``cuda_sync`` event "Stream Wait
-    Event" with ``enable_cuda_sync_events``): the first work launched on the stream after the
-    wait was issued could not start before the last work launched on the waited stream before
-    the CUDA event was recorded there had ended. Returns pairs: the position in ``rows`` of the
-    gap before the held event, and the interval row of the work it waited for (as HTA's
-    critical path reads them); none in a trace recorded without the sync events."""
-    none = np.zeros(0, dtype=np.int64)
-    syncs = run.syncs
-    unmatched, waits = unmatched_stream_waits(syncs), int((syncs["name"] == STREAM_WAIT_EVENT).sum())  # fmt: skip
-    if unmatched:
-        warnings.warn(
-            f"{unmatched} of the {waits} stream waits in these traces (cuda_sync "
-            f'"{STREAM_WAIT_EVENT}") do not say which stream\'s event they waited for (the '
-            "profiler left wait_on_stream at -1, as it did on torch 2.11 with CUDA 13; torch "
-            "2.14.1 also records its CUDA events with cudaEventRecordWithFlags): the critical "
-            "path cannot follow them, and the time a stream was held by one counts as its own "
-            "queue",
-            stacklevel=2,
-        )
-    syncs = syncs[
-        syncs["stream"].notna().to_numpy()
-        & syncs["wait_stream"].notna().to_numpy()
-        & syncs["waits_for_us"].notna().to_numpy()
-        & syncs["launch_us"].notna().to_numpy()
-    ]
-    if syncs.empty or not len(rows):
-        return none, none
-    ev, arrays = run.ev, run.arrays
-    work = launched_on_a_gpu(ev).sort_values("launch_us", kind="stable")
-    row_of = dict(zip(arrays.event.tolist(), range(len(arrays.event))))  # an event's last row
-    by_stream = {key: g for key, g in work.groupby(["rank", "stream"], observed=True)}
-    gap_of = {int(r) + 1: p for p, r in enumerate(rows.tolist())}  # the event's row -> its gap
-    held, waited = [], []
-    for rank, stream, issued, on, recorded in zip(
-        syncs["rank"], syncs["stream"], syncs["launch_us"], syncs["wait_stream"], syncs["waits_for_us"]
-    ):  # fmt: skip
-        after, before = by_stream.get((rank, stream)), by_stream.get((rank, on))
-        if after is None or before is None:
-            continue
-        first = np.searchsorted(after["launch_us"].to_numpy(), issued, side="right")
-        last = np.searchsorted(before["launch_us"].to_numpy(), recorded, side="left") - 1
-        if first >= len(after) or last < 0:
-            continue
-        first_of = row_of.get(after.index[first])
-        gap = None if first_of is None else gap_of.get(first_row(arrays, first_of))
-        source = row_of.get(before.index[last])
-        if gap is not None and source is not None and arrays.end[source] <= arrays.end[rows[gap]]:
-            held.append(gap)
-            waited.append(source)
-    return np.asarray(held, dtype=np.int64), np.asarray(waited, dtype=np.int64)
-
-
-#: The name of a ``cuda_sync`` event of a GPU stream made to wait for a CUDA event.
-STREAM_WAIT_EVENT = "Stream Wait Event"
-
-
-def unmatched_stream_waits(events: pd.DataFrame) -> int:
-    """How many of ``events``' stream waits (``cuda_sync`` "Stream Wait Event") do not say which
-    stream's event they waited for: the profiler could not match the event to its record."""
-    waits = (events["cat"] == "cuda_sync").to_numpy() & (events["name"] == STREAM_WAIT_EVENT).to_numpy()  # fmt: skip
-    return int((waits & events["wait_stream"].isna().to_numpy()).sum())
-
-
 def wake_edges(run: LanesAndEvents) -> list[Edges]:
-    """On a thread, what each gap, annotation with nothing under it, CUDA call that can block
-    or collective's wait waited for: the event on another lane of its rank that ended closest
-    to its end (its waker, :func:`.wakers.find_wakers`): for a CUDA call, work on a GPU
-    (``sync``); for the others, an event on another CPU thread (``wake-up``). One with no
-    waker is its own time."""
+    """``wake-up``: on a thread, what each gap, annotation with nothing under it or
+    collective's wait waited for: the event on another CPU thread of its rank that ended
+    closest to its end (its waker, :func:`.wakers.find_wakers`; a thread outside a CUDA call
+    does not wait for the GPU). One with no waker is its own time. (A CUDA call that blocks:
+    :func:`.gpu_waits.sync_edges`.)"""
     rows = run.rows("thread wait")
+    rows = rows[~np.isin(run.arrays.event[rows], run.ev.index[name_matches(run.ev, BLOCKING_CALLS)])]  # fmt: skip
     if not len(rows):
         return []
-    lanes, ev, arrays = run.lanes, run.ev, run.arrays
-    ends = event_ends(lanes.intervals, ev, lanes.lanes["gpu"].to_numpy())
-    sync = np.isin(arrays.event[rows], ev.index[name_matches(ev, SYNC_CALLS)])
-    wakers = find_wakers(arrays, rows, ends, sync)
+    lanes, arrays = run.lanes, run.arrays
+    ends = event_ends(lanes.intervals, run.ev, lanes.lanes["gpu"].to_numpy())
+    wakers = find_wakers(arrays, rows, ends, np.zeros(len(rows), dtype=bool))
     woken = wakers >= 0
-    return [
-        Edges.of(2 * wakers[woken & ~sync] + 1, 2 * rows[woken & ~sync] + 1, WAKE_UP),
-        Edges.of(2 * wakers[woken & sync] + 1, 2 * rows[woken & sync] + 1, SYNC),
-    ]
+    return [Edges.of(2 * wakers[woken] + 1, 2 * rows[woken] + 1, WAKE_UP)]
+
+
+def cuda_wait_edges(run: LanesAndEvents) -> list[Edges]:
+    """``sync``: what each CUDA call that blocks a thread waited for on the GPU
+    (:func:`.gpu_waits.sync_edges`)."""
+    return sync_edges(run, run.rows("thread wait"))
 
 
 #: The builders, each of the intervals of its kind (see the module).
-BUILDERS = (transfer_edges, receive_edges, worker_edges, wake_edges, completion_edges)
+BUILDERS = (
+    transfer_edges,
+    receive_edges,
+    worker_edges,
+    stream_wait_edges,
+    wake_edges,
+    cuda_wait_edges,
+    completion_edges,
+)

@@ -66,28 +66,32 @@ _OWN_TIME = np.array([d.own_time for d in DEPENDENCIES], dtype=bool)
 class Edges:
     """Some edges of the graph, as a builder returns them: ``source`` and ``target`` nodes, their
     ``dependency`` (one for all), each edge's ``lag`` (µs; None for the edges of a wait, whose
-    lag is the wait's delay, :func:`wait_delays`), and whether the target was issued *during*
+    lag is the wait's delay, :func:`wait_delays`), whether the target was issued *during*
     the source's interval, the source being its start (a call that returned after what it
-    issued began: the path goes on in the call at the target's moment)."""
+    issued began: the path goes on in the call at the target's moment), and whether the
+    trace says so or the edge is *inferred* (the path says which)."""
 
     source: np.ndarray
     target: np.ndarray
     dependency: Dependency
     lag: np.ndarray | None = None
     during: bool = False
+    inferred: bool = False
 
     @classmethod
-    def of(cls, source, target, dependency: Dependency, lag=None, during: bool = False) -> Edges:
+    def of(
+        cls, source, target, dependency: Dependency, lag=None, during=False, inferred=False
+    ) -> Edges:
         source = np.asarray(source, dtype=np.int64)
         if lag is not None:
             lag = np.broadcast_to(np.asarray(lag, dtype=float), source.shape).copy()
-        return cls(source, np.asarray(target, dtype=np.int64), dependency, lag, during)
+        return cls(source, np.asarray(target, dtype=np.int64), dependency, lag, during, inferred)
 
 
 @dataclass
 class Graph:
-    """The graph of a run's intervals: ``source, target, dependency, lag, during`` per edge
-    (arrays, :class:`Edges`), ``time`` per node (measured, µs), ``rank`` per node, and
+    """The graph of a run's intervals: ``source, target, dependency, lag, during, inferred`` per
+    edge (arrays, :class:`Edges`), ``time`` per node (measured, µs), ``rank`` per node, and
     ``binding``: per node, the edge that decided it (-1: none, the first moment of a lane)."""
 
     source: np.ndarray
@@ -95,6 +99,7 @@ class Graph:
     dependency: np.ndarray
     lag: np.ndarray
     during: np.ndarray
+    inferred: np.ndarray
     time: np.ndarray
     rank: np.ndarray
     binding: np.ndarray
@@ -122,6 +127,7 @@ class Graph:
         dependency = np.concatenate([np.full(len(p.source), p.dependency.code, _CODE) for p in parts])  # fmt: skip
         lag = np.concatenate([np.full(len(p.source), np.nan) if p.lag is None else p.lag for p in parts])  # fmt: skip
         during = np.concatenate([np.full(len(p.source), p.during) for p in parts])
+        inferred = np.concatenate([np.full(len(p.source), p.inferred) for p in parts])
         mine = slice(len(source) - len(after) - len(rows), len(source) - len(after))
         dependency[mine] = own
         delay = wait_delays(source, target, dependency, time, during)
@@ -131,7 +137,7 @@ class Graph:
         lag[waits] = delay[target[waits] // 2]
         lag[during] = time[target[during]] - time[source[during]]  # issued that long into it
         binding = binding_edges(source, target, dependency, lag, time, rank)
-        return cls(source, target, dependency, lag, during, time, rank, binding)
+        return cls(source, target, dependency, lag, during, inferred, time, rank, binding)
 
     def decided_by(self, node: int) -> int:
         """The dependency code of ``node``'s binding edge (-1: none)."""

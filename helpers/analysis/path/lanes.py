@@ -108,6 +108,7 @@ def lane_intervals(
             else events.iloc[:0]
         )
     matched = matched[matched.index.isin(ev.index) & ~paired_by_guess(matched)]
+    ev, matched = _from_data_ready(ev, matched)
     intervals = _intervals(ev, lanes, matched, steps, window)
     result = Lanes(
         intervals,
@@ -118,6 +119,33 @@ def lane_intervals(
     _link_collectives(result, matched, least=1 if alone else 2)
     result.graph = graph_of(result, ev, events[(events["cat"] == "cuda_sync").to_numpy()])
     return result
+
+
+def _from_data_ready(ev: pd.DataFrame, matched: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """``ev`` and ``matched`` with each collective that opens with its rank waiting for its own
+    GPU (gloo on CUDA tensors, :func:`..arrival.data_ready`) cut to the collective itself:
+    from where its data was ready to the first event its thread ran after that within it (the
+    copy of the result back to the GPU, its CUDA calls), which are intervals of their own."""
+    if matched.empty:
+        return ev, matched
+    later = matched[(matched["arrival_us"] > matched["start_us"]).to_numpy()]
+    if later.empty:
+        return ev, matched
+    starts, ends = ev["start_us"].copy(), ev["end_us"].copy()
+    done = later["end_us"].to_numpy(dtype=float).copy()
+    for (rank, lane), rows in later.groupby(["rank", "lane"], observed=True).indices.items():
+        on = ev[(ev["rank"] == rank).to_numpy() & (ev["lane"] == lane).to_numpy()]
+        on = np.sort(on["start_us"].to_numpy())
+        ready = later["arrival_us"].to_numpy()[rows]
+        after = on[np.minimum(np.searchsorted(on, ready, side="right"), len(on) - 1)]
+        inside = (after > ready) & (after < done[rows])
+        done[rows[inside]] = after[inside]
+    starts.loc[later.index] = later["arrival_us"].to_numpy()
+    ends.loc[later.index] = done
+    matched = matched.copy()
+    matched.loc[later.index, "end_us"] = done
+    matched.loc[later.index, "dur_us"] = done - later["start_us"].to_numpy()
+    return ev.assign(start_us=starts, end_us=ends, dur_us=ends - starts), matched
 
 
 def _intervals(ev, lanes, matched, steps, window) -> pd.DataFrame:
@@ -254,7 +282,8 @@ def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
     row = np.where(at >= 0, labelled.index.to_numpy()[np.maximum(at, 0)], -1)
     keys, indices = matched["key"].astype(str).to_numpy(), matched["index"].to_numpy()
     numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, indices]))  # in order of appearance
-    durations = pd.Series(matched["dur_us"].to_numpy(float))
+    held = matched["dur_us"] - (matched["arrival_us"] - matched["start_us"])  # from data ready
+    durations = pd.Series(held.to_numpy(float))
     shortest = durations.groupby(numbers).min().to_numpy()  # NaN: none measured
     seen = np.bincount(numbers[row >= 0], minlength=len(shortest))
     kept = (row >= 0) & (seen[numbers] >= least)

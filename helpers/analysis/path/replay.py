@@ -109,7 +109,8 @@ def what_if(
     Each rank's prediction is its measured step time less what the change saves in the replay
     (the replay with the change against the replay without it), so that what the model misses
     (:func:`replay_error`) is not counted as a saving. What the changed events enclosed goes
-    with them.
+    with them, and so does the GPU work launched inside them (an op's kernels, copies and
+    NCCL's kernels: the CPU part of an op gone, its GPU part would not run either).
 
     Args:
         events: a run's events (``load_run(...).events``).
@@ -117,41 +118,81 @@ def what_if(
         name: a regular expression on event names (as ``re.search``; ``"^aten::mm$"`` for one
             op): the events of ``rank`` that change.
         factor: the share of their time they take: 0, by default, is no time.
-        lanes: :func:`helpers.analysis.lanes.lane_intervals` of ``events``, when already made.
+        lanes: :func:`helpers.analysis.path.lanes.lane_intervals` of ``events``, when already
+            made.
         window: the windows that are the steps, as :func:`helpers.critical_path` takes them
             (default: the profiler's steps).
 
     Returns:
         The predicted step times in ms (the median over ranks), a Series indexed by step; its
-        ``attrs`` hold the measured step times (``"measured"``) and the replay error per step
-        (``"replay_error"``).
+        ``attrs`` hold the measured step times (``"measured"``), the replay error per step
+        (``"replay_error"``) and what changed (``"changed"``: ``cpu_ms`` and ``gpu_ms``, the
+        time of the changed intervals on CPU threads and on GPU streams before the change,
+        and ``gpu_work``, how many GPU events launched inside the matched events changed).
 
     Raises:
         ValueError: no event of ``rank`` matches ``name`` within its profiler steps.
     """
     lanes = lane_intervals(events, window=window) if lanes is None else lanes
     mine = events[(events["rank"] == rank).to_numpy() & name_matches(events, name)]
-    iv = lanes.intervals
-    shrink = np.ones(len(iv))
-    lane_ids = dict(zip(zip(lanes.lanes["rank"], lanes.lanes["lane"]), lanes.lanes.index))
-    hit = 0
-    for lane, s, e in zip(mine["lane"], mine["start_us"], mine["end_us"]):
-        lane_id = lane_ids.get((rank, lane))
-        if lane_id is None:
-            continue
-        inside = (iv["lane_id"].to_numpy() == lane_id) & (iv["start_us"].to_numpy() >= s) & (iv["end_us"].to_numpy() <= e)  # fmt: skip
-        shrink[inside] = factor
-        hit += int(inside.any())
-    if not hit:
+    changed, gpu_work = _changed_intervals(lanes, events, mine)
+    if not changed.any():
         raise ValueError(
             f"no event of rank {rank} matches {name!r} within its steps: name an event "
             "of that rank (a regular expression on event names, e.g. 'DataLoader' or "
             "'^aten::convolution_backward$')"
         )
+    shrink = np.where(changed, factor, 1.0)
     replayed = _step_durations(lanes, *replayed_intervals(lanes))
-    changed = _step_durations(lanes, *replayed_intervals(lanes, shrink))
+    after = _step_durations(lanes, *replayed_intervals(lanes, shrink))
     measured = _measured_per_rank(lanes)
-    predicted = (measured + changed - replayed).median(axis=1).rename("predicted step (ms)")
+    predicted = (measured + after - replayed).median(axis=1).rename("predicted step (ms)")
     predicted.attrs["measured"] = measured.median(axis=1)
     predicted.attrs["replay_error"] = _error(replayed, measured)
+    predicted.attrs["changed"] = _what_changed(lanes, changed, gpu_work)
     return predicted
+
+
+def _what_changed(lanes: Lanes, changed: np.ndarray, gpu_work: int) -> dict:
+    """The time of the ``changed`` intervals on CPU threads and on GPU streams (ms), and how
+    many GPU events changed with them."""
+    iv = lanes.intervals
+    on_gpu = lanes.lanes["gpu"].to_numpy()[iv["lane_id"].to_numpy()]
+    took = (iv["end_us"] - iv["start_us"]).to_numpy()
+    return {
+        "cpu_ms": float(took[changed & ~on_gpu].sum() / 1e3),
+        "gpu_ms": float(took[changed & on_gpu].sum() / 1e3),
+        "gpu_work": gpu_work,
+    }
+
+
+def _changed_intervals(lanes: Lanes, events: pd.DataFrame, mine: pd.DataFrame) -> tuple[np.ndarray, int]:  # fmt: skip
+    """Per interval of ``lanes``, whether a what-if on the events ``mine`` changes it: it lies
+    within one of them on its lane, or belongs to GPU work launched within one (a launch call on
+    that lane in its time); and how many GPU events so."""
+    iv = lanes.intervals
+    changed = np.zeros(len(iv) + 1, dtype=np.int64)
+    lane_ids = dict(zip(zip(lanes.lanes["rank"], lanes.lanes["lane"].astype(str)), lanes.lanes.index))  # fmt: skip
+    lane_of = iv["lane_id"].to_numpy()
+    first = np.searchsorted(lane_of, np.arange(len(lanes.lanes) + 1))
+    starts, ends = iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
+    calls = events[(events["kind"] == "cuda runtime").to_numpy()]
+    launches = []
+    for (rank, lane), theirs in mine.groupby(["rank", "lane"], observed=True):
+        lane_id = lane_ids.get((rank, str(lane)))
+        if lane_id is None:
+            continue
+        lo, hi = first[lane_id], first[lane_id + 1]
+        s, e = theirs["start_us"].to_numpy(), theirs["end_us"].to_numpy()
+        np.add.at(changed, lo + np.searchsorted(starts[lo:hi], s, side="left"), 1)
+        np.add.at(changed, lo + np.searchsorted(ends[lo:hi], e, side="right"), -1)
+        here = calls[(calls["rank"] == rank).to_numpy() & (calls["lane"].astype(str) == str(lane)).to_numpy()]  # fmt: skip
+        at = here["start_us"].to_numpy()
+        inside = (np.searchsorted(s, at, side="right") - np.searchsorted(e, at, side="left")) > 0  # fmt: skip
+        launches += [(rank, t) for t in at[inside].tolist()]
+    changed = np.cumsum(changed)[:-1] > 0
+    work = events[events["launch_us"].notna().to_numpy()]
+    launched = pd.MultiIndex.from_arrays([work["rank"], work["launch_us"]]).isin(launches)
+    labels = work.index[launched]
+    changed |= np.isin(iv["event"].to_numpy(), labels) & lanes.lanes["gpu"].to_numpy()[lane_of]
+    return changed, int(len(labels))

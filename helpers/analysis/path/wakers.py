@@ -129,15 +129,16 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
 
 
 def main_lane_issuers(
-    iv: IntervalArrays, worker: np.ndarray, main: dict, issuers: dict[int, int]
+    iv: IntervalArrays, issued: np.ndarray, main: dict, issuers: dict[int, int]
 ) -> dict[int, int]:
-    """``issuers`` completed for the worker lanes' events whose issuer is not in the trace (a
-    gloo span with no ``c10d::`` call, a kernel with no launch): the interval of their rank's
-    main lane that held the moment they started, where the issue must have come from.
+    """``issuers`` completed for the worker lanes' issued events whose issuer is not in the
+    trace (a gloo span with no ``c10d::`` call, a kernel with no launch): the interval of their
+    rank's main lane that held the moment they started, where the issue must have come from.
 
     Args:
         iv: the run's intervals, as arrays.
-        worker: per interval, whether it is on a worker lane (not its rank's main one).
+        issued: per interval, whether it is an event issued to a worker lane (GPU work, a
+            collective's span on gloo's thread).
         main: per rank, its main lane.
         issuers: event (its row label in the events) -> the interval that issued it, as
             far as the trace says.
@@ -146,7 +147,7 @@ def main_lane_issuers(
         ``issuers`` with the missing ones added.
     """
     found = dict(issuers)
-    rows = np.flatnonzero(worker & (iv.event >= 0))
+    rows = np.flatnonzero(issued & (iv.event >= 0))
     labels, first = np.unique(iv.event[rows], return_index=True)  # an event's first interval
     rows = rows[first]
     lanes = np.array([main.get(r, -1) for r in iv.rank[rows].tolist()], dtype=np.int64)

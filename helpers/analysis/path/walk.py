@@ -46,11 +46,12 @@ from .dependencies import (
     own_reason,
     segment_kind,
 )
+from .gpu_waits import launching_ops
 from .lanes import Lanes, lane_intervals
 
 __all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
 
-_COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank", "waited_for"]  # fmt: skip
+_COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank", "waited_for", "launched_by"]  # fmt: skip
 #: The waits that another lane of the rank ended (the path's evidence names what ended them).
 _WOKEN = dependency_names(lambda d: not (d.own_time or d.collective) and d.segment_kind is not None)  # fmt: skip
 
@@ -66,13 +67,17 @@ def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFra
     was doing; ``reason``: ``work`` (an event's own time), ``untraced`` (time on a thread with
     no event: Python between ops, a sleep, an input pipeline), ``transfer`` (a collective after
     its last rank arrived; ``rank`` is that last rank), ``receive`` (a receive's wait after its
-    send was issued, ``rank`` the sender's, or after it was posted), ``launch`` (an issued GPU kernel or gloo
-    collective not started yet), ``queue`` (a worker lane busy with earlier work), ``wake-up``
-    (a thread resuming after what it waited for), ``stream wait`` (a GPU stream held until
-    another stream's work ended); ``to_rank``: where the path goes on after a transfer when
-    that is another rank (else ``<NA>``); ``waited_for``: for a wake-up, a launch or a stream
-    wait, what ended the wait, as ``name · rank · lane`` (the segment lasts from that end to
-    the wait's: the closer, the surer the rule), else ``""``.
+    send was issued, ``rank`` the sender's, or after it was posted), ``launch`` (an issued GPU
+    kernel or gloo collective not started yet), ``queue`` (a worker lane busy with earlier
+    work), ``wake-up`` (a thread resuming after what it waited for on another thread), ``sync``
+    (a thread in a CUDA call that waited for the GPU), ``stream wait`` (a GPU stream held
+    until another stream's work ended); ``to_rank``: where the path goes on after a transfer
+    when that is another rank (else ``<NA>``); ``waited_for``: for a wake-up, a sync, a launch
+    or a stream wait, what ended the wait, as ``name · rank · lane`` (the segment lasts from
+    that end to the wait's: the closer, the surer the rule), followed by ``(inferred)`` where
+    the trace does not say what the wait was for, else ``""``; ``launched_by``: for GPU work,
+    the op that launched it (the innermost op around its launch call, ``aten::mm``), else
+    ``""``.
 
     The rules are in the module's docstring. Raises ValueError without the windows asked for."""
     return path_of(lane_intervals(events, window=window), events)
@@ -121,16 +126,18 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
             "reason": reason,
             "to_rank": raw["to_rank"].astype("Int64"),
             "waited_for": _waited_for(walker, raw, event_names(events)),
+            "launched_by": launching_ops(events).reindex(raw["label"]).fillna("").to_numpy(),
         }
     )
     return path[_COLUMNS]
 
 
 def _waited_for(walker: PathWalker, raw: pd.DataFrame, names: pd.Series) -> list[str]:
-    """Per segment of a wait that another lane ended (:data:`_WOKEN`: a wake-up, a launch, a
-    stream wait), what ended it, as ``"gloo:all_reduce · rank 0 · thread 812
+    """Per segment of a wait that another lane ended (:data:`_WOKEN`: a wake-up, a sync, a
+    launch, a stream wait), what ended it, as ``"gloo:all_reduce · rank 0 · thread 812
     (pt_gloo_runloop)"``: the evidence of the rule, whose segment lasts from that end to the
-    wait's (the few µs between); ``""`` for the others."""
+    wait's (the few µs between), followed by ``(inferred)`` where the trace does not say it and
+    the match was made from the calls around it (:mod:`.gpu_waits`); ``""`` for the others."""
     table = walker.lanes.lanes
     out = [""] * len(raw)
     woken = np.flatnonzero(raw["reason"].isin(_WOKEN).to_numpy())
@@ -141,6 +148,7 @@ def _waited_for(walker: PathWalker, raw: pd.DataFrame, names: pd.Series) -> list
             label, at = walker.label[source], walker.lane_of[source]
             name = names.get(label, UNTRACED_NAME) if label >= 0 else UNTRACED_NAME
             out[i] = f"{name} · rank {table.at[at, 'rank']} · {table.at[at, 'lane']}"
+            out[i] += " (inferred)" if walker.inferred[row] else ""
     return out
 
 
@@ -169,6 +177,7 @@ class PathWalker:
         under_way = graph.during[binding]
         self.source_time = np.where(under_way, graph.time[1::2], graph.time[source]).tolist()
         self.source = (source // 2).tolist()  # the interval of that node
+        self.inferred = graph.inferred[binding].tolist()
         self.lane_of = lane_ids.tolist()
         #: per dependency code: its own time?, a collective?, named after the next event?, name
         self.rules = [(d.own_time, d.collective, d.names_next, d.name) for d in DEPENDENCIES]
