@@ -98,12 +98,30 @@ LATE_RECEIVE = {
 }  # fmt: skip
 
 
+def call(name: str, ts: float, dur: float, correlation: int) -> dict:
+    """A CUDA runtime call."""
+    return op(name, ts, dur, cat="cuda_runtime", correlation=correlation)
+
+
+def gpu_sync(name: str, ts: float, correlation: int, stream: int = -1, **args) -> dict:
+    """The ``cuda_sync`` record Kineto writes for a synchronisation (``enable_cuda_sync_events``):
+    ``Stream Sync`` (with its ``stream``), ``Event Sync`` (with what it waited on), ..."""
+    return complete_event(name, ts + 1, 2, cat="cuda_sync", pid=0, tid=STREAM, correlation=correlation, stream=stream, device=0, **args)  # fmt: skip
+
+
+#: One rank's step: gemm on stream 7 (launched at 0, runs 15-415), other on stream 9 (launched at
+#: 10, runs 25-500); a CUDA call from 20 waits for one or both.
+TWO_STREAMS = [step(0, 600), launch(0, 10, 1), kernel("gemm", 15, 400, 1), launch(10, 5, 2),
+               kernel("other", 25, 475, 2, stream=OTHER)]  # fmt: skip
+
+
 def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str | None) -> set:
     """The edges of ``dependency`` in the graph of a run whose rank r holds ``ranks[r]`` (only
     those into the lane ``into``, when given; of an interval's own time, those that bind: every
     interval has one), each as ``(source, target, lag)`` with a node written
     ``"r<rank> <event>.<start|end>"`` (``gap`` for an interval with no event) and the lag
     rounded to µs."""
+    ranks = {0: ranks} if isinstance(ranks, list) else ranks
     for rank, events in ranks.items():
         write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
     events = load_run(tmp_path, cache=False).events
@@ -209,6 +227,46 @@ BUILDERS = {
              launch(30, 10, 4), kernel("relu", 605, 100, 4), op("cudaDeviceSynchronize", 45, 955, cat="cuda_runtime")]},
         ("queue", "GPU 0 stream 7"),
         {("r0 gap.start", "r0 gap.end", 5)},
+    ),
+    "sync: a stream sync with its Stream Sync record waits for that stream's, not the last": (
+        [*TWO_STREAMS, call("cudaStreamSynchronize", 20, 485, 3), gpu_sync("Stream Sync", 20, 3, stream=STREAM)],  # fmt: skip
+        ("sync", "thread 1"),
+        {("r0 gemm.end", "r0 cudaStreamSynchronize.end", 90)},
+    ),
+    "sync: a stream sync without records waits for the stream whose work ended as it returned": (
+        [*TWO_STREAMS, call("cudaStreamSynchronize", 20, 400, 3)],
+        ("sync", "thread 1"),
+        {("r0 gemm.end", "r0 cudaStreamSynchronize.end", 5)},
+    ),
+    "sync: an event sync with its Event Sync record waits for the work before the record": (
+        [*TWO_STREAMS, record(12, 4), call("cudaEventSynchronize", 20, 490, 5),
+         gpu_sync("Event Sync", 20, 5, wait_on_stream=OTHER, wait_on_cuda_event_record_corr_id=4)],  # fmt: skip
+        ("sync", "thread 1"),
+        {("r0 other.end", "r0 cudaEventSynchronize.end", 10)},
+    ),
+    "sync: an event sync without records waits for what its thread launched before the record": (  # fmt: skip
+        [*TWO_STREAMS, record(12, 4), call("cudaEventSynchronize", 20, 490, 5)],
+        ("sync", "thread 1"),
+        {("r0 other.end", "r0 cudaEventSynchronize.end", 10)},
+    ),
+    "sync: a device sync waits for every stream's last work": (
+        [*TWO_STREAMS, call("cudaDeviceSynchronize", 20, 490, 3)],
+        ("sync", "thread 1"),
+        {("r0 gemm.end", "r0 cudaDeviceSynchronize.end", 10), ("r0 other.end", "r0 cudaDeviceSynchronize.end", 10)},  # fmt: skip
+    ),
+    "sync: a blocking copy waits for the copy it launched": (
+        [step(0, 600), launch(0, 10, 1), kernel("gemm", 15, 400, 1), call("cudaMemcpy", 20, 480, 2),
+         complete_event("Memcpy DtoH (Device -> Pageable)", 415, 80, cat="gpu_memcpy", pid=0, tid=STREAM,
+                        correlation=2, stream=STREAM, device=0)],  # fmt: skip
+        ("sync", "thread 1"),
+        {("r0 Memcpy DtoH (Device -> Pageable).end", "r0 cudaMemcpy.end", 5)},
+    ),
+    "stream wait: matched by the record call before it where the trace has no sync events": (
+        [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER), record(12, 2),
+         call("cudaStreamWaitEvent", 20, 5, 3), launch(30, 10, 4), kernel("relu", 525, 100, 4),
+         call("cudaDeviceSynchronize", 45, 585, 9)],  # fmt: skip
+        ("stream wait", "GPU 0 stream 7"),
+        {("r0 gemm.end", "r0 gap.end", 5)},
     ),
     "queue: a kernel launched while the stream was busy waits behind the one before": (
         {0: [step(0, 1000), launch(0, 10, 1), launch(20, 10, 2), op("cudaDeviceSynchronize", 30, 970, cat="cuda_runtime"),  # fmt: skip

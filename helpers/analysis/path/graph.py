@@ -60,6 +60,8 @@ _CODE = np.int8
 _WAITS = np.array([d.waits for d in DEPENDENCIES], dtype=bool)
 _OWN_START = np.array([d.own_start for d in DEPENDENCIES], dtype=bool)
 _OWN_TIME = np.array([d.own_time for d in DEPENDENCIES], dtype=bool)
+#: What an interval waited for, that goes with it when a what-if removes it.
+_HELD = np.array([d.waits or d.collective for d in DEPENDENCIES], dtype=bool)
 
 
 @dataclass
@@ -135,7 +137,9 @@ class Graph:
         lag[mine] = np.where(_OWN_TIME[own], np.where(waiting, delay, ends - starts), 0.0)
         waits = _WAITS[dependency] & (target % 2 == 1)
         lag[waits] = delay[target[waits] // 2]
-        lag[during] = time[target[during]] - time[source[during]]  # issued that long into it
+        # a wait issued during a call: that long into it (a bound into a start keeps its lag)
+        issued = during & waits
+        lag[issued] = time[target[issued]] - time[source[issued]]
         binding = binding_edges(source, target, dependency, lag, time, rank)
         return cls(source, target, dependency, lag, during, inferred, time, rank, binding)
 
@@ -222,8 +226,10 @@ def replayed_times(graph: Graph, shrink: np.ndarray | None = None) -> np.ndarray
     if shrink is not None:
         own = _OWN_START[graph.dependency]
         lag[own] *= shrink[graph.target[own] // 2]
+        # what a removed interval waited for goes with it (a step's end still waits for its
+        # collectives, whatever ended the step)
         removed = shrink[graph.target // 2] == 0.0
-        keep = ~(removed & (graph.target % 2 == 1) & ~own)
+        keep = ~(removed & (graph.target % 2 == 1) & _HELD[graph.dependency])
     source, target, lag = graph.source[keep], graph.target[keep], lag[keep]
     order = np.argsort(target, kind="stable")
     source, target, lag = source[order], target[order], lag[order]

@@ -188,7 +188,7 @@ def _changed_intervals(lanes: Lanes, events: pd.DataFrame, mine: pd.DataFrame) -
         np.add.at(changed, lo + np.searchsorted(ends[lo:hi], e, side="right"), -1)
         here = calls[(calls["rank"] == rank).to_numpy() & (calls["lane"].astype(str) == str(lane)).to_numpy()]  # fmt: skip
         at = here["start_us"].to_numpy()
-        inside = (np.searchsorted(s, at, side="right") - np.searchsorted(e, at, side="left")) > 0  # fmt: skip
+        inside = (np.searchsorted(s, at, side="right") - np.searchsorted(e, at, side="right")) > 0  # fmt: skip
         launches += [(rank, t) for t in at[inside].tolist()]
     changed = np.cumsum(changed)[:-1] > 0
     work = events[events["launch_us"].notna().to_numpy()]

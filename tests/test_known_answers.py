@@ -1,0 +1,177 @@
+"""What-ifs whose answers are worked out by hand: a check of the dependency graph that can fail.
+
+The replay of a run as measured reproduces it whatever the graph says (each edge carries the
+delay it measured), so its replay error cannot tell a wrong graph from a right one. A what-if
+can: take one event out of a small hand-built run, work out by hand when everything else would
+happen, and compare. One case per kind of dependency (each case's comment is the arithmetic),
+and a mutation check: drop any one builder of the graph, and some case here fails.
+
+A wait ends as long after the last of what it waited for (its own start included) as it did
+when measured: its *delay* (helpers/analysis/path/graph.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_graph import GLOO, OTHER, STREAM, kernel, launch, op, peer, record, step, stream_wait
+
+from conftest import complete_event, trace_doc, write_doc
+from helpers import what_if
+from helpers.analysis.path import builders
+from helpers.analysis.path.dependencies import DEPENDENCIES
+from helpers.traces import load_run
+
+
+def sync_call(name: str, ts: float, dur: float, **args) -> dict:
+    return op(name, ts, dur, cat="cuda_runtime", **args)
+
+
+def gloo_span(name: str, ts: float, dur: float) -> dict:
+    return op(f"gloo:{name}", ts, dur, tid=GLOO, cat="user_annotation")
+
+
+#: Two ranks, one all-reduce: rank 1 computes 600 µs, rank 0 300 and waits for it.
+ONE_COLLECTIVE = {
+    0: [step(0, 900), op("aten::mm", 0, 300), op("c10d::allreduce_", 300, 10),
+        gloo_span("all_reduce", 310, 490), op("Optimizer.step#SGD.step", 800, 100)],
+    1: [step(0, 900), op("aten::mm", 0, 600), op("c10d::allreduce_", 600, 10),
+        gloo_span("all_reduce", 610, 190), op("Optimizer.step#SGD.step", 800, 100)],
+}  # fmt: skip
+
+#: Per case: the ranks' events, the what-if (rank, name, factor) and the median step it must
+#: predict (ms), and the kind of dependency the answer depends on.
+KNOWN = {
+    "transfer: without rank 1's slow op, both ranks leave the collective sooner": (
+        # rank 1 arrives at 10 (its c10d call 0-10, gloo's thread 0 µs later), rank 0 at 310;
+        # the transfer is the shortest duration, 190: both end at 500, the optimizer 500-600
+        ONE_COLLECTIVE, (1, "^aten::mm$", 0.0), 0.600, "transfer",
+    ),
+    "begin: a collective taken out ends as it began, the other rank still waits for it": (
+        # rank 0's all-reduce removed ends at its arrival, 310: its optimizer runs 310-410;
+        # rank 1's still waits for rank 0's arrival: 610 + 190 = 800, its step 900; (410+900)/2
+        ONE_COLLECTIVE, (0, "^gloo:all_reduce$", 0.0), 0.655, "begin",
+    ),
+    "receive: a receive after its send, the send's rank without its forward": (
+        # rank 0: forward gone, the send 0-10; its send's wait (510-535 measured, 25 µs after
+        # the send) ends at 35, its step 5 µs later: 40. Rank 1's receive waited 20 µs after
+        # the send ended: 30, then 10 µs, the forward 40-340 and 60 µs: 400. (40 + 400) / 2
+        {0: [step(0, 540), op("forward", 0, 500), op("c10d::send", 500, 10, **peer(1)),
+             op("gloo:send", 508, 27, cat="user_annotation")],
+         1: [step(0, 900), op("c10d::recv_", 0, 10, **peer(0)),
+             op("gloo:recv", 8, 522, cat="user_annotation"), op("forward", 540, 300)]},
+        (0, "^forward$", 0.0), 0.220, "receive",
+    ),
+    "send: a send's wait held until its receive was posted, the receiver without its op": (
+        # rank 1: mm gone, its receive posted at 0 ends 5 µs after the send (510): 515, then
+        # 5 µs, the forward 520-820, 40 µs: 860. Rank 0's send's wait, 20 µs after the later of
+        # its send (510) and the posting (0): 530, then 10 µs: 540. (540 + 860) / 2
+        {0: [step(0, 570), op("forward", 0, 500), op("c10d::send", 500, 10, **peer(1)),
+             op("gloo:send", 508, 52, cat="user_annotation")],
+         1: [step(0, 900), op("aten::mm", 0, 540), op("c10d::recv_", 540, 10, **peer(0)),
+             op("gloo:recv", 548, 7, cat="user_annotation"), op("forward", 560, 300)]},
+        (1, "^aten::mm$", 0.0), 0.700, "send",
+    ),
+    "wake-up: a thread waiting for gloo's thread wakes when the collective ends sooner": (
+        # gloo's span at half its 685 µs: 115-457.5; the main thread wakes 5 µs later (462.5),
+        # its add takes 195: the step ends at 657.5
+        {0: [step(0, 1000), op("aten::mm", 0, 100), op("c10d::allreduce_", 100, 10),
+             gloo_span("all_reduce", 115, 685), op("aten::add", 805, 195)]},
+        (0, "^gloo:all_reduce$", 0.5), 0.6575, "wake-up",
+    ),
+    "sync: a device sync waits for every stream, not only the one that ended last": (
+        # without stream 7's kernel (15-475) the sync still waits for stream 9's (25-300): it
+        # ends 5 µs after, at 305, and the step 10 µs later
+        {0: [step(0, 490), launch(0, 10, 1), kernel("long", 15, 460, 1), launch(10, 10, 2),
+             kernel("short", 25, 275, 2, stream=OTHER), sync_call("cudaDeviceSynchronize", 20, 460)]},
+        (0, "^long$", 0.0), 0.315, "sync",
+    ),
+    "sync: a blocking copy waits for its copy, which waits behind the kernel before it": (
+        # without the kernel (15-415), the copy starts once launched (the call began at 20):
+        # 20-100, the call returns 5 µs after it (105) and the step 100 µs later
+        {0: [step(0, 600), launch(0, 10, 1), kernel("gemm", 15, 400, 1), sync_call("cudaMemcpy", 20, 480, correlation=2),
+             complete_event("Memcpy DtoH (Device -> Pageable)", 415, 80, cat="gpu_memcpy", pid=0, tid=STREAM,
+                            correlation=2, stream=STREAM, device=0)]},
+        (0, "^gemm$", 0.0), 0.205, "sync",
+    ),
+    "stream wait: a kernel that waits for another stream's work, launched sooner": (
+        # without the CPU's 270 µs before relu's launch, relu still waits for gemm on stream 9
+        # (20-520): it starts at 525 as before, and the sync and the step end as measured
+        {0: [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER), record(12, 2),
+             *stream_wait(20, 3, on=OTHER, recorded=2), op("prepare", 30, 270), launch(300, 10, 4),
+             kernel("relu", 525, 100, 4), sync_call("cudaDeviceSynchronize", 320, 310)]},
+        (0, "^prepare$", 0.0), 0.640, "stream wait",
+    ),
+    "stream wait: matched by the record call before it, where the trace has no sync events": (
+        # the same run recorded without enable_cuda_sync_events: the same answer
+        {0: [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER), record(12, 2),
+             op("cudaStreamWaitEvent", 20, 5, cat="cuda_runtime", correlation=3), op("prepare", 30, 270),
+             launch(300, 10, 4), kernel("relu", 525, 100, 4), sync_call("cudaDeviceSynchronize", 320, 310)]},
+        (0, "^prepare$", 0.0), 0.640, "stream wait",
+    ),
+    "launch: a kernel starts once launched, and the CPU's wait for it with it": (
+        # without the CPU's 300 µs before the launch: launch 0-10, the kernel 15-215, the sync
+        # ends 5 µs after it (220), the step 10 µs later
+        {0: [step(0, 530), op("prepare", 0, 300), launch(300, 10, 1), kernel("gemm", 315, 200, 1),
+             sync_call("cudaDeviceSynchronize", 310, 210)]},
+        (0, "^prepare$", 0.0), 0.230, "launch",
+    ),
+    "queue: a kernel queued behind another starts after its launch once that one is gone": (
+        # without gemm (15-515), relu waits 5 µs after the later of its launch (30) and the
+        # stream freeing (15): 35-435; the sync ends 5 µs later (440), the step 5 µs after
+        {0: [step(0, 930), launch(0, 10, 1), kernel("gemm", 15, 500, 1), launch(20, 10, 2),
+             kernel("relu", 520, 400, 2), sync_call("cudaDeviceSynchronize", 30, 895)]},
+        (0, "^gemm$", 0.0), 0.445, "queue",
+    ),
+    "completion: a step ends no sooner than the collective its gloo thread ran in it": (
+        # rank 0 never waits for its all-reduce (its op overlaps it); without the op its step
+        # still ends with the collective (rank 1 arrives at 600, transfer 10 µs): 610. Rank 1
+        # as measured: 1000. (610 + 1000) / 2
+        {0: [step(0, 1000), op("c10d::allreduce_", 0, 10), gloo_span("all_reduce", 10, 600),
+             op("overlapped", 10, 990)],
+         1: [step(0, 1000), op("aten::mm", 0, 590), op("c10d::allreduce_", 590, 10),
+             gloo_span("all_reduce", 600, 10), op("aten::add", 615, 385)]},
+        (0, "^overlapped$", 0.0), 0.805, "completion",
+    ),
+    "work: an op's own time goes, what it encloses goes with it": (
+        {0: [step(0, 1000), op("aten::linear", 0, 1000), op("aten::mm", 100, 600)]},
+        (0, "^aten::mm$", 0.0), 0.400, "work",
+    ),
+    "untraced: time no event recorded stays, the op before it goes": (
+        {0: [step(0, 1000), op("aten::mm", 0, 300), op("aten::add", 800, 200)]},
+        (0, "^aten::mm$", 0.0), 0.700, "untraced",
+    ),
+    "lane order: an op starts where the one before it on its thread ended": (
+        {0: [step(0, 600), op("a", 0, 200), op("b", 200, 200), op("c", 400, 200)]},
+        (0, "^b$", 0.0), 0.400, "lane order",
+    ),
+}  # fmt: skip
+
+
+def predicted(tmp_path, ranks: dict[int, list[dict]], change: tuple) -> float:
+    """The median step (ms) ``what_if`` predicts for a run whose rank r holds ``ranks[r]``."""
+    for rank, events in ranks.items():
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
+    rank, name, factor = change
+    events = load_run(tmp_path, cache=False).events
+    return float(what_if(events, rank=rank, name=name, factor=factor).median())
+
+
+@pytest.mark.parametrize("ranks, change, expected, kind", KNOWN.values(), ids=KNOWN.keys())
+def test_a_what_if_gives_the_answer_worked_out_by_hand(tmp_path, ranks, change, expected, kind):
+    assert predicted(tmp_path, ranks, change) == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_known_answers_cover_every_kind_of_dependency():
+    assert {kind for *_, kind in KNOWN.values()} == {d.name for d in DEPENDENCIES}
+
+
+@pytest.mark.parametrize("builder", builders.BUILDERS, ids=lambda b: b.__name__)
+def test_dropping_any_builder_fails_a_known_answer(tmp_path, monkeypatch, builder):
+    monkeypatch.setattr(builders, "BUILDERS", tuple(b for b in builders.BUILDERS if b is not builder))  # fmt: skip
+    failed = []
+    for i, (case, (ranks, change, expected, _)) in enumerate(KNOWN.items()):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        if predicted(folder, ranks, change) != pytest.approx(expected, abs=1e-6):
+            failed.append(case)
+    assert failed, f"without {builder.__name__}, every known answer still holds"
