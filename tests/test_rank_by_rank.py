@@ -2,11 +2,13 @@
 lessons' recorded runs and on real GPU and CPU traces of other people's jobs."""
 
 import json
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import REPO
 from helpers import (
     collective_waits,
     find_straggler,
@@ -223,35 +225,53 @@ def test_a_cached_pass_without_the_path_is_followed_by_one_that_finds_it(tmp_pat
     assert not summarise_run(folder, workers=1, progress=False).chains.empty
 
 
-def _path_by_op(path_table: pd.DataFrame) -> pd.Series:
-    return path_table.set_index(["rank", "kind", "name"])["ms"]
+def _runs_with_steps() -> list:
+    """Every recording of the series with profiler steps, and the runs kept in tests/data."""
+    found = []
+    for folder in sorted([*RECORDINGS_ROOT.glob("*/files"), *RECORDINGS_ROOT.glob("gpu/*/files")]):  # fmt: skip
+        if [p for p in folder.rglob("*.json.gz") if "rank" in p.name or "trace" in p.name]:
+            found.append(pytest.param(folder, id=folder.parent.name))
+    for name in ("h200-streams", "hang-with-traces", "mesh-straggler", "pipeline-gpipe-3"):
+        found.append(pytest.param(REPO / "tests" / "data" / name, id=name))
+    return found
 
 
-@pytest.mark.parametrize(
-    "experiment",
-    ["ddp-straggler", "fsdp-straggler", "fsdp-prefetch", "two-nodes", "hang"],
-    ids=["ddp-straggler", "fsdp-straggler", "fsdp-prefetch", "two-nodes", "hang"],
-)
-def test_the_critical_path_strung_from_each_ranks_chains_matches_the_whole_runs(experiment):
+#: Real traces of other people's jobs and of ours (../shared/real-traces), with steps.
+REAL_RUNS = {
+    "h200 DDP over gloo with CUDA tensors": "h200/base-1",
+    "the same, one rank's GPU slowed": "h200/gpuslow-1",
+    "ns-resolution GPU rank": "hta/ns_resolution_trace",
+    "2-GPU NCCL rank 0": "hta/nccl_parser_config",
+    "two ranks of a 128-GPU job": "hta/trace_filter",
+    "event syncs": "hta/critical_path/cuda_event_sync",
+    "a gloo CPU rank": "hta/cpu_only",
+}
+
+
+def _same_path(source) -> None:
     from helpers import critical_path, path_summary
 
-    folder = _recording(experiment)
-    whole = path_summary(critical_path(load_run(folder, cache=False).events), ["kind", "name"])
-    by_rank = summarise_run(folder, workers=1, cache=False, progress=False).path_summary()
-    assert by_rank["ms"].sum() == pytest.approx(whole["ms"].sum(), rel=1e-3), "the same steps"
-    both = pd.concat({"whole": _path_by_op(whole), "by_rank": _path_by_op(by_rank)}, axis=1)
-    gap = (both["by_rank"].fillna(0) - both["whole"].fillna(0)).abs()
-    assert gap.max() < 1.0, gap.sort_values().tail(3).to_dict()  # ms, over the whole run
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            whole = load_run(source, cache=False, same_run=False).events
+        except TraceError:  # recordings of runs without traces of steps (RPC, debug servers)
+            pytest.skip("no trace of steps here")
+        if not (whole["kind"] == "step").any():
+            pytest.skip("no profiler steps")
+        by_rank = summarise_run(source, workers=1, cache=False, progress=False).path_summary()
+        expected = path_summary(critical_path(whole), ["kind", "name"])
+    pd.testing.assert_frame_equal(by_rank, expected, check_dtype=False)
 
 
-def test_the_critical_path_strung_from_a_real_gpu_ranks_chains_matches_its_whole_path(real_traces):
-    from helpers import critical_path, path_summary
+@pytest.mark.parametrize("source", _runs_with_steps())
+def test_the_path_strung_from_each_ranks_part_is_the_whole_runs_path(source):
+    _same_path(source)
 
-    files = [real_traces / "hta" / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"]  # fmt: skip
-    whole = path_summary(critical_path(load_run(files, cache=False).events), ["kind", "name"])
-    by_rank = summarise_run(files, workers=1, cache=False, progress=False).path_summary()
-    assert by_rank["ms"].sum() == pytest.approx(whole["ms"].sum(), rel=1e-3)
-    assert by_rank.iloc[0]["name"] == whole.iloc[0]["name"]
+
+@pytest.mark.parametrize("where", REAL_RUNS.values(), ids=REAL_RUNS.keys())
+def test_the_path_of_real_traces_strung_rank_by_rank_is_their_whole_path(real_traces, where):
+    _same_path(real_traces / where)
 
 
 def test_a_recordings_manifest_is_left_out_of_a_run_read_rank_by_rank():

@@ -24,11 +24,20 @@ import pandas as pd
 from ..traces.kinds import name_matches
 from .intervals import merge_intervals
 
-__all__ = ["sends_and_receives", "stage_waits", "waits_in_records", "TRANSFER_RECORDS"]
+__all__ = [
+    "sends_and_receives",
+    "stage_waits",
+    "waits_in_records",
+    "TRANSFER_RECORDS",
+    "SEND_OP",
+    "RECV_OP",
+]
 
 #: The backends' records of a send's or a receive's transfer, on the thread that issued it.
 TRANSFER_RECORDS = r"^(?:gloo|mpi):(?:send|recv)$"
-_SEND, _RECV = "c10d::send", "c10d::recv_"
+#: The ops that issue a send and post a receive.
+SEND_OP, RECV_OP = "c10d::send", "c10d::recv_"
+_SEND, _RECV = SEND_OP, RECV_OP
 _COLUMNS = [
     "sender", "receiver", "tag", "index", "step", "send", "receive", "send_record",
     "receive_record", "sent_us", "posted_us", "received_us",

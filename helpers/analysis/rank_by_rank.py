@@ -43,8 +43,10 @@ from ..traces.rank_files import (
     worker_failure,
     write_rank_part,
 )
+from .arrival import GPU_SYNCS
 from .collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
-from .path.by_rank import CHAIN_COLUMNS, concat_chains, path_summary_of_chains, rank_chains
+from .path.by_rank import CHAIN_COLUMNS, PORT_COLUMNS, RankAsked, concat_chains, rank_part
+from .path.strung import path_summary_of_parts
 from .steps import step_times, time_per_kind
 
 __all__ = [
@@ -60,17 +62,21 @@ __all__ = [
 class RunSummary:
     """What :func:`summarise_run` kept of a run: ``steps`` and ``collectives`` (those events of
     every rank, with every column of the loader), ``kind_ms`` (time per kind, one row per rank),
-    ``chains`` (each rank's part of the critical path between its collectives), the ``files``
-    read and their ``bytes``, and each file's ``headers`` (as :func:`helpers.load_run` gives
-    them)."""
+    ``chains`` and ``ports`` (each rank's part of the critical path,
+    :func:`helpers.analysis.path.by_rank.rank_part`), the ``files`` read and their ``bytes``,
+    each file's ``headers`` (as :func:`helpers.load_run` gives them), and how to read a rank
+    again (``cache``, and the ``given`` rank of each file, where the caller gave one)."""
 
     steps: pd.DataFrame
     collectives: pd.DataFrame
     kind_ms: pd.DataFrame
     chains: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHAIN_COLUMNS))
+    ports: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PORT_COLUMNS))
     files: list[Path] = field(default_factory=list)
     bytes: int = 0
     headers: list[TraceHeader] = field(default_factory=list)
+    cache: bool = True
+    given: dict[Path, int | None] = field(default_factory=dict)
 
     @property
     def ranks(self) -> list[int]:
@@ -98,21 +104,35 @@ class RunSummary:
 
     def path_summary(self, leave_out: Sequence[int] = ()) -> pd.DataFrame:
         """:func:`helpers.path_summary` by kind and name of the run's critical path, strung
-        together from each rank's chains (:mod:`helpers.analysis.path.by_rank`); the steps in
-        ``leave_out`` left out."""
-        return path_summary_of_chains(self.chains, self.steps, self.collectives, leave_out)
+        together from each rank's part (:mod:`helpers.analysis.path.strung`); the steps in
+        ``leave_out`` left out. A rank whose part the whole run takes otherwise than the rank
+        read alone did is read once more (:meth:`part_again`), where its file is known."""
+        again = self.part_again if self.headers else None
+        return path_summary_of_parts(self.chains, self.ports, self.steps, self.collectives, leave_out, again)  # fmt: skip
+
+    def part_again(self, rank: int, asked: RankAsked) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """``rank``'s part of the path made again as ``asked``: its file read once more (from
+        its Parquet cache where it was kept)."""
+        (header,) = [h for h in self.headers if h.rank == rank]
+        return rank_part(rank_trace(header.path, self.cache, self.given.get(Path(header.path))).events, asked)  # fmt: skip
 
 
 def kept_of_rank(events: pd.DataFrame, path: bool = True) -> tuple[pd.DataFrame, ...]:
     """What the run-wide analyses need of one rank's ``events``: its steps, its collectives
-    (gloo's and NCCL's CPU spans, NCCL kernels), its row of time per kind and its chains of the
-    critical path (:func:`helpers.analysis.path.by_rank.rank_chains`; none without ``path``)."""
+    (gloo's and NCCL's CPU spans, NCCL kernels, and the CUDA synchronisations on their threads
+    that say when a rank's data was ready, :func:`helpers.analysis.arrival.data_ready`), its
+    row of time per kind and its part of the critical path (its pieces and its ports,
+    :func:`helpers.analysis.path.by_rank.rank_part`; none without ``path``)."""
     steps = events[(events["kind"] == "step").to_numpy()]
-    collectives = events[
-        (events["kind"] == "communication").to_numpy() | name_matches(events, NCCL_KERNELS)
-    ]
-    chains = rank_chains(events) if path else pd.DataFrame(columns=CHAIN_COLUMNS)
-    return steps, collectives, time_per_kind(events), chains
+    communication = (events["kind"] == "communication").to_numpy()
+    lanes = events.loc[communication, "lane"].astype(str).unique()
+    syncs = name_matches(events, GPU_SYNCS) & events["lane"].astype(str).isin(lanes).to_numpy()
+    collectives = events[communication | name_matches(events, NCCL_KERNELS) | syncs]
+    if path:
+        chains, ports = rank_part(events)
+    else:
+        chains, ports = pd.DataFrame(columns=CHAIN_COLUMNS), pd.DataFrame(columns=PORT_COLUMNS)
+    return steps, collectives, time_per_kind(events), chains, ports
 
 
 def kept_of_file(
@@ -134,26 +154,29 @@ def kept_of_file(
     path = Path(path)
     rows = read_rank_part(path, "kept", rank) if cache else None
     chains = read_rank_part(path, "chains", rank) if cache and critical else None
+    ports = read_rank_part(path, "ports", rank) if cache and critical else None
     if not critical:
-        chains = pd.DataFrame(columns=CHAIN_COLUMNS)
-    if rows is not None and chains is not None and {"kind_ms", "header"} <= set(rows.attrs):
+        chains, ports = pd.DataFrame(columns=CHAIN_COLUMNS), pd.DataFrame(columns=PORT_COLUMNS)
+    found = rows is not None and chains is not None and ports is not None
+    if found and {"kind_ms", "header"} <= set(rows.attrs):
         is_step = (rows["kind"] == "step").to_numpy()
         kinds, header = _kinds_of_note(rows.attrs["kind_ms"]), rows.attrs["header"]
-        return rows[is_step], rows[~is_step], kinds, chains, header_of_note(header, path)
+        return rows[is_step], rows[~is_step], kinds, chains, ports, header_of_note(header, path)
     try:
         trace = rank_trace(path, cache, rank)
     except NotATrace:  # a recording's manifest, left out as load_run leaves it out
         return None
     if trace.header.merged:
         return None
-    steps, collectives, kinds, chains = kept_of_rank(trace.events, critical)
+    steps, collectives, kinds, chains, ports = kept_of_rank(trace.events, critical)
     if cache:
         rows = pd.concat([steps, collectives], ignore_index=True)
         rows.attrs = {"kind_ms": kinds.to_dict(orient="split"), "header": header_note(trace.header)}
         write_rank_part(path, "kept", rank, rows)
         if critical:
             write_rank_part(path, "chains", rank, chains)
-    return steps, collectives, kinds, chains, trace.header
+            write_rank_part(path, "ports", rank, ports)
+    return steps, collectives, kinds, chains, ports, trace.header
 
 
 def _kinds_of_note(note: dict) -> pd.DataFrame:
@@ -203,7 +226,9 @@ def summarise_run(
     for path, part in zip(files, parts):
         if isinstance(part, BaseException):
             raise worker_failure(part, path)
-    return summary_of(parts, files)
+    summary = summary_of(parts, files)
+    summary.cache, summary.given = cache, {Path(p): r for p, r in items}
+    return summary
 
 
 def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunSummary:
@@ -218,8 +243,10 @@ def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunS
     collectives = pd.concat([p[1] for p in parts], ignore_index=True)
     kinds = pd.concat([p[2] for p in parts]).fillna(0.0).sort_index()
     chains = concat_chains([p[3] for p in parts if len(p) > 3])
-    headers = [p[4] for p in parts if len(p) > 4]
+    ports = [p[4] for p in parts if len(p) > 4 and len(p[4])]
+    ports = pd.concat(ports, ignore_index=True) if ports else pd.DataFrame(columns=PORT_COLUMNS)
+    headers = [p[5] for p in parts if len(p) > 5]
     if headers:
         check_one_run(headers)
     size = sum(p.stat().st_size for p in files)
-    return RunSummary(steps, collectives, kinds, chains, files, size, headers)
+    return RunSummary(steps, collectives, kinds, chains, ports, files, size, headers)

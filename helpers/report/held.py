@@ -11,9 +11,7 @@ from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
 from ..analysis.path.dependencies import DEPENDENCIES, UNTRACED
 from ..analysis.path.lanes import Lanes, lane_intervals
 from ..analysis.path.walk import path_of
-from ..analysis.point_to_point import TRANSFER_RECORDS
 from ..drawing import plot_critical_path
-from ..traces.kinds import name_matches
 from .cautions import missing_ranks
 from .sections import Section, figure_png
 
@@ -119,13 +117,6 @@ def held_section_of_summary(
         "the table names."
     ]
     text += _caveats(ops.iloc[0], list(summary.ranks), world)
-    if name_matches(events, TRANSFER_RECORDS).any():
-        text.append(
-            "These ranks send to and receive from each other (a pipeline's stages): strung "
-            "together rank by rank, the path does not follow a receive to the rank that sent "
-            "it, and counts its wait as the receiving rank's communication. Run the report on "
-            "fewer of the files (under 1 GB in all, they are read whole) to follow them."
-        )
     text += _long_steps(per_step, None)
     text += _unmatched(events, names)
     return Section(HELD, "\n".join(text), _table(ops))

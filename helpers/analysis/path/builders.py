@@ -162,14 +162,12 @@ def transfer_edges(run: LanesAndEvents) -> list[Edges]:
 
 
 def point_to_point_waits(lanes, arrays: IntervalArrays) -> np.ndarray:
-    """The intervals that are the waits at the end of a send's or a receive's record, of the
-    lanes' ``pairs`` (:func:`.point_to_point.sends_and_receives`)."""
-    pairs = lanes.pairs
-    if pairs is None or pairs.empty:
+    """The intervals that are the waits at the end of a send's or a receive's record
+    (:attr:`.lanes.Lanes.records`: those the run pairs, :func:`.point_to_point.sends_and_receives`)."""
+    if lanes.records is None or not len(lanes.records):
         return np.zeros(0, dtype=np.int64)
     last_row = dict(zip(arrays.event.tolist(), range(len(arrays.event))))
-    records = pairs[["receive_record", "send_record"]].to_numpy(dtype=np.int64).ravel()
-    return np.array([last_row[r] for r in records.tolist() if r in last_row], dtype=np.int64)
+    return np.array([last_row[r] for r in lanes.records.tolist() if r in last_row], dtype=np.int64)
 
 
 def _issue_edges(arrays: IntervalArrays, rows, issued, target, dependency, lag=None) -> list[Edges]:  # fmt: skip

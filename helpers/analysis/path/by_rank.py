@@ -1,54 +1,78 @@
-"""The critical path of a run too large to load whole, one rank at a time.
+"""The critical path of a run too large to load whole, one rank at a time: each rank's part of it.
 
-Between two collectives, a rank's part of the path depends on that rank alone: it walks back
-through its own threads until it reaches a collective, where the rank that arrived last takes
-over. So each rank's file is read on its own (:func:`rank_chains`): from every step end and every
-collective arrival of the rank, the local walk of :func:`helpers.critical_path` is made back to
-the collective that stops it, and only its sum per kind and op is kept, a *chain*. Then
-:func:`path_summary_of_chains` strings the chains of all ranks together, step by step, through
-each collective's last arrival (read from the collectives every rank keeps anyway), and gives the
-table :func:`helpers.path_summary` gives for a run loaded whole. No two ranks' events are held
-at once; a chain that starts before a step's window is counted in proportion to its part in it.
-Sends and receives are not followed yet: a rank read alone has no peer, so a receive's wait
-counts as its own rank's communication (the report says so of a run that sends and receives).
+Between two moments where ranks meet (a collective, a send and its receive), a rank's part of
+the path depends on that rank alone: it walks back through its own threads, on the rank's own
+graph (:mod:`.graph`, the very builders of the whole run's), until it reaches one of them. So
+each rank's file is read on its own (:func:`rank_part`): from every *port* of the rank (a step's
+end; a collective's arrival; a point-to-point wait's start; a send's issue; a receive's
+posting) the walk of :func:`helpers.critical_path` is made back to where it stops (a
+collective, a send's or a receive's wait, or where an earlier walk of the rank went on the same
+way), and only its sum per kind and op is kept, cut in *pieces* (where another walk joined it,
+and at the moments it is asked to cut at). With them comes the table of the rank's ports (the
+moments the graph across ranks joins). :mod:`.strung` joins the ranks' ports with the whole
+run's edges across ranks and strings the pieces into the path. No two ranks' events are held
+at once.
 """
 
 from __future__ import annotations
 
-import warnings
 from bisect import bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from ..collectives import matched_collectives, on_every_rank
-from .dependencies import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
-from .graph import latest
-from .lanes import Lanes, lane_intervals
-from .walk import PathWalker, Stop, step_windows
+from ...traces.kinds import name_matches
+from ..point_to_point import RECV_OP, SEND_OP, TRANSFER_RECORDS
+from .dependencies import DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
+from .lanes import Lanes, RunSays, lane_intervals
+from .walk import PathWalker, Stop
 
-__all__ = ["rank_chains", "path_summary_of_chains", "concat_chains", "CHAIN_COLUMNS"]
+__all__ = ["rank_part", "RankAsked", "concat_chains", "CHAIN_COLUMNS", "PORT_COLUMNS"]
 
-#: One row per chain and (kind, name) of work on it. A chain is a piece of one walk (``walk``,
-#: from its segment ``begin``); a walk starts at the end of a ``step`` or at the ``arrival`` at
-#: the collective ``key``/``index`` (``origin``; unused fields -1 and ""). Then the moments the
-#: chain covers, and what follows it: another chain (``to_walk``/``to_begin``), a collective
-#: (``to_key``/``to_index``), or nothing (-1 and "").
-CHAIN_COLUMNS = ["rank", "walk", "begin", "origin", "step", "key", "index", "start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index", "kind", "name", "us"]  # fmt: skip
+#: One row per piece and (kind, name) of work on it. A piece is a stretch of one walk
+#: (``walk``, from its piece ``begin``); a walk starts at a port (``origin``: ``end`` of a
+#: ``step``, ``arrival`` at the collective ``key``/``index``, ``wait``: the start of the wait of
+#: the record ``label``, ``issue`` of the send ``label``, ``post`` of the receive ``label``;
+#: unused fields -1 and ""). Then the moments the piece covers, ``(stop_us, start_us]``, and
+#: what follows it: another piece (``to_walk``/``to_begin``), a collective
+#: (``to_key``/``to_index``), the wait of a record (``to_label``), or nothing (-1 and ""). Its
+#: latest segment's time (``first_us``) and earliest's (``last_us``), and whether this row's
+#: (kind, name) is theirs (``first``, ``last``): a piece cut at a moment within either is cut
+#: exactly.
+CHAIN_COLUMNS = ["rank", "walk", "begin", "origin", "step", "key", "index", "label", "start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index", "to_label", "first_us", "last_us", "kind", "name", "us", "first", "last"]  # fmt: skip
 _TEXT = ["origin", "key", "to_key", "kind", "name"]  # categorical
+_INTS = ["rank", "walk", "begin", "step", "index", "to_walk", "to_begin", "to_index"]
 RUN = -2  # the label of a segment that is a run of rows of own time (:meth:`_RankWalker.descend`)
+#: The ports of a rank, one row each: ``rank, port`` (``collective``, ``wait``, ``send op``,
+#: ``recv op``, ``record``), ``label`` (the event's label in the rank's events), ``key, index``
+#: (a collective's), ``name, kind, lane, start_us, end_us`` (an interval's bounds: a
+#: collective's from its arrival, a wait's cut to the wait), ``held_us`` (how long a
+#: collective held the rank from its arrival), ``peer, tag, step`` (a send's or a receive's).
+PORT_COLUMNS = ["rank", "port", "label", "key", "index", "name", "kind", "lane", "start_us", "end_us", "held_us", "peer", "tag", "step"]  # fmt: skip
+
+
+@dataclass
+class RankAsked:
+    """What a rank's part is asked again with, once the whole run is known: what the run says of
+    its collectives and records (:class:`.lanes.RunSays`), and the moments to cut its walks at
+    (the steps' windows' bounds, a moment a walk is entered at)."""
+
+    says: RunSays = field(default_factory=RunSays)
+    cuts: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 class _RankWalker(PathWalker):
-    """The walk of :func:`helpers.critical_path` on one rank, stopping at its collectives and
-    where an earlier walk of the rank went on the same way: per row, the walk that took it first
-    (``by``, -1: none), the position of its segment in that walk (``at``) and the moment that walk
-    entered it (``entered``)."""
+    """The walk of :func:`helpers.critical_path` on one rank, stopping at its collectives, at
+    its sends' and receives' waits (``stops``) and where an earlier walk of the rank went on the
+    same way: per row, the walk that took it first (``by``, -1: none), the position of its
+    segment in that walk (``at``) and the moment that walk entered it (``entered``)."""
 
-    def __init__(self, lanes: Lanes):
-        super().__init__(lanes)
+    def __init__(self, lanes: Lanes, stops: np.ndarray):
+        super().__init__(lanes, stops)
+        self.stops = stops.tolist()
         n = len(self.starts)
         self.by = np.full(n, -1, dtype=np.int64)
         self.at = np.zeros(n, dtype=np.int64)
@@ -60,6 +84,8 @@ class _RankWalker(PathWalker):
         return int(self.by[row]), int(self.at[row]), float(self.entered[row])
 
     def take(self, step, row, t, lo, rows, revisited):
+        if self.stops[row]:  # a send's or a receive's wait: the run's graph decides it
+            return Stop(row, t, joined=False)
         by = self.by[row]
         if by < 0:
             self.by[row], self.at[row], self.entered[row] = self.chain, len(rows), t
@@ -115,33 +141,95 @@ class _RankWalker(PathWalker):
         return Stop(row, t, joined=False)
 
 
-def rank_chains(events: pd.DataFrame) -> pd.DataFrame:
-    """One rank's chains (:data:`CHAIN_COLUMNS`), from its events alone; empty without steps.
+def rank_part(events: pd.DataFrame, asked: RankAsked | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """One rank's part of the critical path, from its events alone: its pieces
+    (:data:`CHAIN_COLUMNS`) and its ports (:data:`PORT_COLUMNS`); both empty without steps.
 
     Each interval of the rank is walked once: a walk that reaches one an earlier walk took, and
     would go on from it as that walk did, stops there, and the earlier walk is cut at that
-    moment, so the chains add up to what a walk from every start would see, in time linear in
-    the rank's events."""
+    moment, so the pieces add up to what a walk from every port would see, in time linear in
+    the rank's events. ``asked``: what the whole run says of the rank (its collectives matched
+    on every rank, its records paired) and where to cut its walks; by default, every
+    collective and record it holds, no cut."""
+    asked = RankAsked() if asked is None else asked
     if not (events["kind"] == "step").any():
-        return pd.DataFrame(columns=CHAIN_COLUMNS)
-    lanes = lane_intervals(events, alone=True)
-    walker = _RankWalker(lanes)
+        return pd.DataFrame(columns=CHAIN_COLUMNS), pd.DataFrame(columns=PORT_COLUMNS)
+    lanes = lane_intervals(events, alone=True, says=asked.says)
+    iv = lanes.intervals
+    stops = np.isin(iv["event"].to_numpy(), lanes.records) & (iv["event"].to_numpy() >= 0)
+    walker = _RankWalker(lanes, stops)
     rank = int(events["rank"].iloc[0])
+    ports = _ports(rank, events, lanes, walker, stops)
     lo = float(lanes.steps["start_us"].min()) - 1.0
-    main = walker.main[rank]
-    starts = [("end", int(s), "", -1, main, float(e)) for s, e in zip(lanes.steps["step"], lanes.steps["end_us"])]  # fmt: skip
-    starts += [("arrival", -1, key, index, int(walker.lane_of[row]), float(walker.starts[row]))
-               for row, (key, index) in lanes.keys.items()]  # fmt: skip
     walks, cuts = [], {}
-    for number, (origin, step, key, index, lane, t) in enumerate(starts):
+    for number, (origin, step, key, index, label, lane, t) in enumerate(_origins(walker, lanes, ports)):  # fmt: skip
         walker.chain = number
         segments: list[tuple] = []
         stopped = walker.walk(0, lane, t, lo, segments)
-        walks.append(((origin, step, key, index, t), segments, stopped))
+        walks.append(((origin, step, key, index, label, t), segments, stopped))
         if stopped is not None and stopped.joined:
             joined, at, _ = walker.owner(stopped.row)
             cuts.setdefault(joined, set()).add((at, stopped.moment))
-    return _pieces(rank, walks, cuts, walker, lanes, events)
+    for number, (_, segments, _) in enumerate(walks):
+        for cut in _cuts_within(segments, asked.cuts):
+            cuts.setdefault(number, set()).add(cut)
+    return _pieces(rank, walks, cuts, walker, lanes, events), ports
+
+
+def _origins(walker: _RankWalker, lanes: Lanes, ports: pd.DataFrame) -> list[tuple]:
+    """Where the rank's walks start: ``(origin, step, key, index, label, lane_id, moment)``."""
+    rank = int(lanes.steps["rank"].iloc[0])
+    main = walker.main[rank]
+    lane_id = dict(zip(lanes.lanes["lane"].astype(str), lanes.lanes.index))
+    found = [("end", int(s), "", -1, -1, main, float(e)) for s, e in zip(lanes.steps["step"], lanes.steps["end_us"])]  # fmt: skip
+    found += [("arrival", -1, key, index, -1, int(walker.lane_of[row]), float(walker.starts[row]))
+              for row, (key, index) in lanes.keys.items()]  # fmt: skip
+    for port, origin, at in (("wait", "wait", "start_us"), ("send op", "issue", "end_us"), ("recv op", "post", "start_us")):  # fmt: skip
+        mine = ports[ports["port"] == port]
+        found += [(origin, -1, "", -1, int(label), lane_id[str(lane)], float(t))
+                  for label, lane, t in zip(mine["label"], mine["lane"], mine[at]) if str(lane) in lane_id]  # fmt: skip
+    return found
+
+
+def _ports(rank: int, events: pd.DataFrame, lanes: Lanes, walker: _RankWalker, stops: np.ndarray) -> pd.DataFrame:  # fmt: skip
+    """The rank's ports (:data:`PORT_COLUMNS`): its collectives (from their arrival to their
+    interval's end), its sends' and receives' waits (as its intervals have them), ops and
+    records, as the walks and the graph across ranks meet them."""
+    iv = lanes.intervals
+    label = iv["event"].to_numpy()
+    rows = []
+    for row, (key, index) in lanes.keys.items():
+        held = lanes.transfer_us[lanes.instance[row]]
+        rows.append((rank, "collective", int(label[row]), key, int(index), walker.starts[row], walker.ends[row], held))  # fmt: skip
+    for row in np.flatnonzero(stops):
+        rows.append((rank, "wait", int(label[row]), "", -1, walker.starts[row], walker.ends[row], np.nan))  # fmt: skip
+    table = pd.DataFrame(rows, columns=["rank", "port", "label", "key", "index", "start_us", "end_us", "held_us"])  # fmt: skip
+    ops = events[events["name"].isin([SEND_OP, RECV_OP]).to_numpy() | name_matches(events, TRANSFER_RECORDS)]  # fmt: skip
+    ops = pd.DataFrame({
+        "rank": rank,
+        "port": np.where(ops["name"] == SEND_OP, "send op", np.where(ops["name"] == RECV_OP, "recv op", "record")),  # fmt: skip
+        "label": ops.index.to_numpy(), "key": "", "index": -1,
+        "start_us": ops["start_us"].to_numpy(), "end_us": ops["end_us"].to_numpy(),
+        "peer": ops["peer"].to_numpy(), "tag": ops["tag"].to_numpy(), "step": ops["step"].to_numpy(),
+    })  # fmt: skip
+    table = pd.concat([table, ops], ignore_index=True) if len(ops) else table
+    of = events.reindex(table["label"].to_numpy())
+    table["name"] = of["name"].astype(str).to_numpy()
+    table["kind"] = of["kind"].astype(str).to_numpy()
+    table["lane"] = of["lane"].astype(str).to_numpy()
+    return table.reindex(columns=PORT_COLUMNS)
+
+
+def _cuts_within(segments: list[tuple], moments: np.ndarray) -> list[tuple[int, float]]:
+    """The cuts ``(position of a segment, moment)`` of a walk's ``segments`` (latest first,
+    each ``(..., start, end, ...)``) at the ``moments`` strictly within its time."""
+    if not segments or not len(moments):
+        return []
+    found = []
+    for position, segment in enumerate(segments):
+        inside = moments[(moments > segment[3]) & (moments < segment[4])]
+        found += [(position, float(m)) for m in inside]
+    return found
 
 
 def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray, reason_names: list[str]) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
@@ -172,7 +260,8 @@ def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray, reason
 
 def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ...]:
     """The segments row by row, each run of own time as its rows: for each, the segment it is
-    part of, its label, its reason (a code into the list returned last) and its µs."""
+    part of, its label, its reason (a code into the list returned last), its µs and when it
+    begins."""
     _, _, labels, a, b, reasons, to = zip(*segments)  # columns
     run = np.array(labels) == RUN
     code = {d.name: i for i, d in enumerate(DEPENDENCIES)}
@@ -191,7 +280,8 @@ def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ..
     label = np.where(in_run, walker.arrays["label"][row], np.array(labels)[of])
     reason = np.where(in_run, walker.arrays["dependency"][row], reason[of])
     keep = ~in_run | (us > 0)  # a run cut in pieces: each row in the pieces it overlaps
-    return of[keep], label[keep], reason[keep], us[keep], list(code)  # codes in order
+    begins = np.maximum(start, a)
+    return of[keep], label[keep], reason[keep], us[keep], begins[keep], list(code)  # codes in order
 
 
 def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> list[tuple]:
@@ -219,37 +309,70 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
     order = {n: sorted(c, key=lambda c: (c[0], -c[1])) for n, c in cuts.items()}
     piece_of = {(n, c): i + 1 for n, cs in order.items() for i, c in enumerate(cs)}
     heads, sizes, segments_of_pieces = [], [], []
-    for number, ((origin, step, key, index, t), segments, stopped) in enumerate(walks):
+    for number, ((origin, step, key, index, label, t), segments, stopped) in enumerate(walks):
         end = stopped.moment if stopped is not None else segments[-1][3] if segments else t
         pieces = _split(segments, order.get(number, []), end)
         start_t = t
         for begin, (piece, stop) in enumerate(pieces):
-            then = (-1, -1, "", -1)
+            then = (-1, -1, "", -1, -1)
             if begin + 1 < len(pieces):  # the next piece of this walk
-                then = (number, begin + 1, "", -1)
+                then = (number, begin + 1, "", -1, -1)
             elif stopped is not None and stopped.joined:
                 joined, at, _ = walker.owner(stopped.row)
-                then = (joined, piece_of[(joined, (at, stopped.moment))], "", -1)
-            elif stopped is not None:
-                then = (-1, -1, *lanes.keys[stopped.row])
+                then = (joined, piece_of[(joined, (at, stopped.moment))], "", -1, -1)
+            elif stopped is not None and stopped.row in lanes.keys:
+                then = (-1, -1, *lanes.keys[stopped.row], -1)
+            elif stopped is not None:  # a send's or a receive's wait
+                then = (-1, -1, "", -1, int(walker.label[stopped.row]))
             piece = piece or [(0, 0, -1, 0.0, 0.0, UNTRACED.name, None)]  # nothing: untraced, 0 µs
             segments_of_pieces += piece
             sizes.append(len(piece))
-            heads.append((rank, number, begin, origin, step, key, index, start_t, stop, *then))
+            heads.append(
+                (rank, number, begin, origin, step, key, index, label, start_t, stop, *then)
+            )
             start_t = stop
-    of, labels, reasons, us, reason_names = _rows_of(segments_of_pieces, walker)
+    of, labels, reasons, us, begins, reason_names = _rows_of(segments_of_pieces, walker)
     kinds, names = _named(events, labels, reasons, reason_names)
     of_piece = np.repeat(np.arange(len(sizes)), sizes)[of]
     keys = pd.DataFrame({"piece": of_piece, "kind": kinds.codes, "name": names.codes, "us": us})
+    latest_first = np.lexsort((-begins, of_piece))  # a run's rows come earliest first
+    timed = keys.iloc[latest_first]
+    ends = _ends_of(timed[timed["us"].to_numpy() > 0])  # a segment of no time is no piece's end
     sums = keys.groupby(["piece", "kind", "name"], sort=False)["us"].sum().reset_index()
-    head = pd.DataFrame(heads, columns=CHAIN_COLUMNS[:13]).iloc[sums["piece"].to_numpy()]
+    sums = sums.merge(ends, on="piece", how="left").fillna({"first_us": 0.0, "last_us": 0.0})
+    head = pd.DataFrame(heads, columns=CHAIN_COLUMNS[:15]).iloc[sums["piece"].to_numpy()]
     rows = head.reset_index(drop=True).assign(
+        first_us=sums["first_us"].to_numpy(),
+        last_us=sums["last_us"].to_numpy(),
         kind=_used(sums["kind"], kinds.categories),
         name=_used(sums["name"], names.categories),
-        us=sums["us"],  # fmt: skip
+        us=sums["us"].to_numpy(),
+        first=(
+            (sums["kind"] == sums["first_kind"]) & (sums["name"] == sums["first_name"])
+        ).to_numpy(),  # fmt: skip
+        last=(
+            (sums["kind"] == sums["last_kind"]) & (sums["name"] == sums["last_name"])
+        ).to_numpy(),  # fmt: skip
     )
-    numbers = dict.fromkeys(["rank", "walk", "begin", "step", "index", "to_walk", "to_begin", "to_index"], "int32")  # fmt: skip
-    return rows[CHAIN_COLUMNS].astype({**dict.fromkeys(_TEXT, "category"), **numbers})
+    numbers = dict.fromkeys(_INTS, "int32")
+    return rows[CHAIN_COLUMNS].astype({**dict.fromkeys(_TEXT, "category"), **numbers, "label": "int64", "to_label": "int64"})  # fmt: skip
+
+
+def _ends_of(keys: pd.DataFrame) -> pd.DataFrame:
+    """Per piece, its latest segment and its earliest (``keys``: each segment's piece, kind,
+    name and µs, latest first), each as the (kind, name) of its run of segments of that kind and
+    name and the µs of that run (a piece cut within it is cut exactly)."""
+    piece, kind, name, us = (keys[c].to_numpy() for c in ("piece", "kind", "name", "us"))
+    fresh = np.r_[True, (piece[1:] != piece[:-1]) | (kind[1:] != kind[:-1]) | (name[1:] != name[:-1])]  # fmt: skip
+    run = np.cumsum(fresh) - 1
+    run_us = np.bincount(run, weights=us)
+    first = np.flatnonzero(np.r_[True, piece[1:] != piece[:-1]])  # each piece's first segment
+    last = np.r_[first[1:], len(piece)] - 1
+    return pd.DataFrame({
+        "piece": piece[first],
+        "first_kind": kind[first], "first_name": name[first], "first_us": run_us[run[first]],
+        "last_kind": kind[last], "last_name": name[last], "last_us": run_us[run[last]],
+    })  # fmt: skip
 
 
 def _used(codes: pd.Series, categories: pd.Index) -> pd.Categorical:
@@ -266,128 +389,3 @@ def concat_chains(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
         return pd.DataFrame(columns=CHAIN_COLUMNS)
     kinds = {c: pd.CategoricalDtype(union_categoricals([f[c].astype("category") for f in frames]).categories) for c in _TEXT}  # fmt: skip
     return pd.concat([f.astype(kinds) for f in frames], ignore_index=True)
-
-
-def path_summary_of_chains(
-    chains: pd.DataFrame,
-    steps: pd.DataFrame,
-    collectives: pd.DataFrame,
-    leave_out: Collection[int] = (),
-) -> pd.DataFrame:
-    """:func:`helpers.path_summary` by kind and name, from what a rank-by-rank read keeps.
-
-    Args:
-        chains: every rank's chains (:func:`rank_chains`).
-        steps: every rank's steps, as :func:`helpers.summarise_run` keeps them.
-        collectives: every rank's collectives, numbered as each rank's own
-            :func:`helpers.matched_collectives` numbers them.
-        leave_out: steps to leave out (a stall or a hang).
-
-    Returns:
-        ``rank, kind, name, ms, ms_per_step, share``, heaviest first.
-    """
-    totals: dict[tuple, dict[int, float]] = {}
-    if chains.empty:  # a pass that kept no path (``critical=False``)
-        return _table(totals)
-    links = _Links(chains, collectives)
-    ends = steps.groupby(["step", "rank"])["end_us"].max()
-    for step, lo, hi in step_windows(steps):
-        if step not in leave_out:
-            links.string(totals, step, int(ends.loc[step].idxmax()), lo, hi)
-    return _table(totals)
-
-
-class _Links:
-    """The chains of every rank, and the collectives' arrivals that string them together."""
-
-    def __init__(self, chains: pd.DataFrame, collectives: pd.DataFrame):
-        with warnings.catch_warnings():  # said once by the run's own collective_waits
-            warnings.simplefilter("ignore", UserWarning)
-            every = matched_collectives(collectives, None)
-        matched = on_every_rank(every)
-        self.arrive = {(k, i, r): s for k, i, r, s in zip(*_lists(matched, "key", "index", "rank", "start_us"))}  # fmt: skip
-        self.ranks_of = matched.groupby(["key", "index"])["rank"].agg(list).to_dict()
-        self.names_of = dict(zip(zip(*_lists(every, "key", "index")), map(str, every["name"].tolist())))  # fmt: skip
-        # the chains' rows in (rank, walk, begin) order, each chain a slice of them: no frame per
-        # chain (a run of hundreds of ranks has hundreds of thousands of chains)
-        ids = [chains[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
-        order = np.lexsort(ids[::-1])
-        ids = [i[order] for i in ids]
-        first = np.flatnonzero(np.r_[True, (np.diff(np.stack(ids), axis=1) != 0).any(axis=0)])
-        self.bounds = np.r_[first, len(order)]
-        self.chain_of = {c: g for g, c in enumerate(zip(*(i[first].tolist() for i in ids)))}
-        heads = chains.iloc[order[first]]
-        self.head = {c: heads[c].to_numpy() for c in ("start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index")}  # fmt: skip
-        text = {c: chains[c].astype("category") for c in ("kind", "name")}
-        self.kind, self.name = (text[c].cat.codes.to_numpy()[order] for c in ("kind", "name"))
-        self.kinds, self.names = (text[c].cat.categories.to_numpy() for c in ("kind", "name"))
-        self.us = chains["us"].to_numpy(float)[order]
-        starts = heads[heads["begin"].to_numpy() == 0]
-        self.at_end = {(r, s): w for r, s, w, o in zip(*_lists(starts, "rank", "step", "walk", "origin")) if o == "end"}  # fmt: skip
-        self.at_arrival = {(r, k, i): w for r, k, i, w, o in zip(*_lists(starts, "rank", "key", "index", "walk", "origin")) if o == "arrival"}  # fmt: skip
-
-    def string(self, totals: dict, step: int, rank: int, lo: float, hi: float) -> None:
-        """Add ``step``'s path, from its end ``hi`` on ``rank`` back to ``lo``, to ``totals``:
-        each chain's work in proportion to its part of ``(lo, t]``; what no chain covers (a
-        rank's trace begins, a chain missing) is that rank's untraced time, never lost."""
-        chain, t, seen = (rank, self.at_end.get((rank, step), -1), 0), hi, set()
-        while t > lo and chain in self.chain_of and chain not in seen:
-            seen.add(chain)
-            g = self.chain_of[chain]
-            start, stop = float(self.head["start_us"][g]), float(self.head["stop_us"][g])
-            share = 1.0 if start <= stop else max(min(t, start) - max(stop, lo), 0.0) / (start - stop)  # fmt: skip
-            for at in range(self.bounds[g], self.bounds[g + 1]):
-                where = (rank, self.kinds[self.kind[at]], self.names[self.name[at]])
-                _add(totals, where, step, self.us[at] * share)
-            t = max(min(t, stop), lo)
-            key, index = self.head["to_key"][g], int(self.head["to_index"][g])
-            if self.head["to_walk"][g] >= 0:  # the rest of an earlier walk of the same rank
-                chain = (rank, int(self.head["to_walk"][g]), int(self.head["to_begin"][g]))
-            elif key != "":
-                rank, t = self._across(totals, step, rank, key, index, t, lo)
-                chain = (rank, self.at_arrival.get((rank, key, index), -1), 0)
-            else:
-                break  # the rank's trace begins
-        if t > lo:
-            _add(totals, (rank, UNTRACED.segment_kind, UNTRACED_NAME), step, t - lo)
-
-    def _across(self, totals: dict, step: int, rank: int, key: str, index: int, t: float, lo: float) -> tuple[int, float]:  # fmt: skip
-        """The collective ``key``/``index`` that ``rank``'s walk reached at ``t``: its transfer
-        from the last arrival on (never after ``t``) added; the rank and moment the path goes on
-        from."""
-        walk = self.at_arrival.get((rank, key, index), -1)
-        # a collective not matched on every rank holds this rank alone, from its arrival on
-        alone = float(self.head["start_us"][self.chain_of[(rank, walk, 0)]]) if walk >= 0 else t
-        mine = min(self.arrive.get((key, index, rank), alone), t)
-        walked = [int(r) for r in self.ranks_of.get((key, index), []) if (int(r), key, index) in self.at_arrival]  # fmt: skip
-        last = rank
-        if walked:  # the last arrival decides, as in the graph (ties: this rank)
-            times = np.array([self.arrive[(key, index, r)] for r in walked])
-            others = np.array([r != rank for r in walked], dtype=np.int64)
-            last = walked[int(latest(times, np.zeros(len(walked), np.int64), others)[0])]
-        begin = min(self.arrive.get((key, index, last), mine), t)
-        if last == rank or begin <= mine:
-            last, begin = rank, mine
-        _add(totals, (last, COLLECTIVE_KIND, self.names_of.get((key, index), key)), step, t - max(begin, lo))  # fmt: skip
-        return last, begin
-
-
-def _lists(frame: pd.DataFrame, *columns: str) -> list[list]:
-    """``frame``'s ``columns`` as lists of Python values (many times faster to walk than a
-    Series of text)."""
-    return [frame[c].tolist() for c in columns]
-
-
-def _add(totals: dict, where: tuple, step: int, us: float) -> None:
-    per_step = totals.setdefault(where, {})
-    per_step[step] = per_step.get(step, 0.0) + us
-
-
-def _table(totals: dict) -> pd.DataFrame:
-    if not totals:
-        return pd.DataFrame(columns=["rank", "kind", "name", "ms", "ms_per_step", "share"])
-    index = pd.MultiIndex.from_tuples(list(totals), names=["rank", "kind", "name"])
-    per_step = pd.DataFrame(list(totals.values()), index=index).fillna(0.0) / 1e3
-    ms = per_step.sum(axis=1)
-    table = pd.DataFrame({"ms": ms, "ms_per_step": per_step.median(axis=1), "share": ms / ms.sum()})
-    return table.sort_values("ms", ascending=False).reset_index()

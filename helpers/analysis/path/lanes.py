@@ -27,12 +27,12 @@ import pandas as pd
 from ...traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
 from ..collectives import collectives_with_waits, matched_collectives, paired_by_guess
 from ..intervals import merge_intervals
-from ..point_to_point import sends_and_receives, waits_in_records
+from ..point_to_point import TRANSFER_RECORDS, sends_and_receives, waits_in_records
 from ..windows import window_steps
 from .builders import graph_of
 from .graph import Graph
 
-__all__ = ["Lanes", "lane_intervals"]
+__all__ = ["Lanes", "RunSays", "lane_intervals"]
 
 _SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
 
@@ -49,7 +49,9 @@ class Lanes:
     shortest duration; ``keys``: interval row -> the collective's ``(key, index)`` as
     :func:`helpers.matched_collectives` numbers it. ``steps``: each rank's steps (``rank, step,
     start_us, end_us``). ``pairs``: the sends paired with their receives
-    (:func:`.point_to_point.sends_and_receives`)."""
+    (:func:`.point_to_point.sends_and_receives`); ``records``: the labels of the records of
+    sends and receives whose waits are point to point (those of the pairs; of a rank read
+    alone, those the run pairs)."""
 
     intervals: pd.DataFrame
     lanes: pd.DataFrame
@@ -60,6 +62,7 @@ class Lanes:
     transfer_us: dict[int, float] = field(default_factory=dict)
     keys: dict[int, tuple[str, int]] = field(default_factory=dict)
     pairs: pd.DataFrame | None = None
+    records: np.ndarray | None = None
 
     def main_lanes(self) -> dict[int, int]:
         """Each rank's main lane (the lane of its steps): rank -> lane_id."""
@@ -67,8 +70,23 @@ class Lanes:
         return {int(r): int(i) for i, r in zip(main.index, main["rank"])}
 
 
+@dataclass
+class RunSays:
+    """What the whole run says of a rank read alone (:func:`lane_intervals` with ``alone``):
+    which of its events are collectives matched on every rank (``collectives``: their labels)
+    and which records of sends and receives were paired (``records``: their labels); None: all
+    that the rank holds."""
+
+    collectives: np.ndarray | None = None
+    records: np.ndarray | None = None
+
+
 def lane_intervals(
-    events: pd.DataFrame, alone: bool = False, names: str | None = None, window: str | None = None
+    events: pd.DataFrame,
+    alone: bool = False,
+    names: str | None = None,
+    window: str | None = None,
+    says: RunSays | None = None,
 ) -> Lanes:
     """Every lane of ``events`` cut into intervals, each with the rule that ends it (see the
     module).
@@ -76,10 +94,12 @@ def lane_intervals(
     Args:
         events: a run's events (``load_run(...).events``).
         alone: ``events`` are one rank's, read on their own (a run read rank by rank): each of
-            its collectives is an instance of its own.
+            its collectives is an instance of its own, and each record of a send or a receive
+            is point to point, as the whole run would have them (or as ``says`` says).
         names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
         window: the windows that are the steps (:func:`.windows.window_steps`; default:
             ``ProfilerStep#N``).
+        says: for a rank read alone, what the whole run says of its collectives and records.
 
     Raises:
         ValueError: there is no such window.
@@ -98,15 +118,14 @@ def lane_intervals(
     ev = waits_in_records(ev)
     lanes = _lane_table(ev, steps)
     if alone:
-        with warnings.catch_warnings():  # said once by the run's own collective_waits
-            warnings.simplefilter("ignore", UserWarning)
-            matched = matched_collectives(events, names)
+        matched, records = _alone(events, ev, names, RunSays() if says is None else says)
     else:
         matched = (
             collectives_with_waits(events, names)
             if events["rank"].nunique() > 1
             else events.iloc[:0]
         )
+        records = pairs[["receive_record", "send_record"]].to_numpy().ravel()
     matched = matched[matched.index.isin(ev.index) & ~paired_by_guess(matched)]
     ev, matched = _from_data_ready(ev, matched)
     intervals = _intervals(ev, lanes, matched, steps, window)
@@ -115,10 +134,25 @@ def lane_intervals(
         lanes,
         steps[["rank", "step", "start_us", "end_us"]],
         pairs=pairs,
+        records=records,
     )
     _link_collectives(result, matched, least=1 if alone else 2)
     result.graph = graph_of(result, ev, events[(events["cat"] == "cuda_sync").to_numpy()])
     return result
+
+
+def _alone(events: pd.DataFrame, ev: pd.DataFrame, names: str | None, says: RunSays) -> tuple[pd.DataFrame, np.ndarray]:  # fmt: skip
+    """A rank read alone: its collectives (each an instance of its own, but for the records of
+    sends and receives) and the records of its sends and receives that are point to point, as
+    the whole run ``says`` (by default, all)."""
+    with warnings.catch_warnings():  # said once by the run's own collective_waits
+        warnings.simplefilter("ignore", UserWarning)
+        matched = matched_collectives(events, names)
+    matched = matched[~name_matches(matched, TRANSFER_RECORDS)]
+    if says.collectives is not None:
+        matched = matched[matched.index.isin(says.collectives)]
+    records = ev.index[name_matches(ev, TRANSFER_RECORDS)].to_numpy()
+    return matched, records if says.records is None else records[np.isin(records, says.records)]
 
 
 def _from_data_ready(ev: pd.DataFrame, matched: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip

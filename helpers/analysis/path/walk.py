@@ -49,7 +49,7 @@ from .dependencies import (
 from .gpu_waits import launching_ops
 from .lanes import Lanes, lane_intervals
 
-__all__ = ["critical_path", "path_summary", "path_of", "step_windows"]
+__all__ = ["critical_path", "path_summary", "path_of", "step_windows", "summary_table"]
 
 _COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank", "waited_for", "launched_by"]  # fmt: skip
 #: The waits that another lane of the rank ended (the path's evidence names what ended them).
@@ -156,7 +156,9 @@ class PathWalker:
     """Walks the lanes backwards along the graph's binding edges, one step at a time (see the
     module and :mod:`.graph`)."""
 
-    def __init__(self, lanes: Lanes):
+    def __init__(self, lanes: Lanes, stops: np.ndarray | None = None):
+        """``stops``: per interval, whether a walk stops there (a subclass's stops, no own time
+        to walk through)."""
         self.lanes, iv, graph = lanes, lanes.intervals, lanes.graph
         lane_ids = iv["lane_id"].to_numpy()
         # plain lists: the walk reads them one value at a time
@@ -182,8 +184,9 @@ class PathWalker:
         #: per dependency code: its own time?, a collective?, named after the next event?, name
         self.rules = [(d.own_time, d.collective, d.names_next, d.name) for d in DEPENDENCIES]
         own = np.array([d.own_time for d in DEPENDENCIES], dtype=bool)[dependency]
+        own &= True if stops is None else ~stops
         own_names = np.array([d.name if d.own_time else None for d in DEPENDENCIES], dtype=object)
-        self.own_name = own_names[dependency].tolist()
+        self.own_name = np.where(own, own_names[dependency], None).tolist()
         # the first row of each run of own time on a lane, that a walk takes in one go
         fresh = np.r_[True, (lane_ids[1:] != lane_ids[:-1]) | ~own[:-1]]
         self.run_first = np.maximum.accumulate(np.where(fresh, np.arange(len(own)), 0)).tolist()
@@ -298,12 +301,16 @@ def path_summary(path: pd.DataFrame, by: list[str] | str = "kind") -> pd.DataFra
     by = [by] if isinstance(by, str) else list(by)
     keys = ["rank", *[b for b in by if b != "rank"]]
     per_step = path.groupby([*keys, "step"], observed=True)["dur_us"].sum() / 1e3
-    per_step = per_step.unstack("step", fill_value=0.0)
-    table = pd.DataFrame(
-        {
-            "ms": per_step.sum(axis=1),
-            "ms_per_step": per_step.median(axis=1),
-            "share": per_step.sum(axis=1) / (path["dur_us"].sum() / 1e3),
-        }
-    )
-    return table.sort_values("ms", ascending=False).reset_index()
+    return summary_table(per_step.unstack("step", fill_value=0.0))
+
+
+def summary_table(per_step: pd.DataFrame) -> pd.DataFrame:
+    """:func:`path_summary`'s table of the path's time per step (``per_step``: ms; rows
+    indexed by ``rank`` and what the path is summed by, columns: steps): ``ms``,
+    ``ms_per_step`` and ``share``, heaviest first (times equal to the ns in the order of the
+    index: sums of the same times in another order differ in their last bits)."""
+    ms = per_step.sum(axis=1)
+    table = pd.DataFrame({"ms": ms, "ms_per_step": per_step.median(axis=1), "share": ms / ms.sum()})
+    table = table.sort_index()
+    order = np.lexsort((np.arange(len(table)), -table["ms"].round(6).to_numpy()))
+    return table.iloc[order].reset_index()

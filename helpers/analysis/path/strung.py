@@ -1,0 +1,303 @@
+"""The critical path of a run read rank by rank, strung from each rank's part (:mod:`.by_rank`).
+
+The ranks meet at their ports: a collective's arrival and end, a send's issue, a receive's
+posting, their waits. :func:`ports_graph` joins every rank's ports with the whole run's edges
+across ranks, made by the very builders of the whole run's graph (:func:`.builders.transfer_edges`,
+:func:`.builders.receive_edges`) and bound by :func:`.graph.binding_edges`, the one rule of the
+last arrival. :func:`path_summary_of_parts` then walks each step back from its last rank's end,
+as :func:`helpers.critical_path` walks the whole run: through a rank's pieces to where they stop,
+across the binding edge there to the rank and port it leads to, and on through that port's
+pieces, adding each piece's time per kind and op. A piece the walk enters or leaves at a moment
+within it is cut exactly where that moment falls in its first or last segment; elsewhere the rank
+is asked for its part again, cut at those moments (:func:`path_summary_of_parts`'s ``again``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..collectives import collectives_with_waits
+from ..point_to_point import sends_and_receives
+from .builders import LanesAndEvents, receive_edges, transfer_edges
+from .by_rank import RankAsked
+from .dependencies import BEGIN, COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, WORK
+from .graph import Graph
+from .lanes import Lanes, RunSays
+from .wakers import IntervalArrays
+from .walk import step_windows, summary_table
+
+__all__ = ["PortGraph", "ports_graph", "path_summary_of_parts"]
+
+
+@dataclass
+class PortGraph:
+    """The ranks' ports and the graph across ranks: ``ports`` (the ports that are intervals of
+    the graph, one per row, in the graph's order), ``graph`` (:class:`.graph.Graph`), and what
+    the whole run says of each rank (``says``: rank -> :class:`.lanes.RunSays`)."""
+
+    ports: pd.DataFrame
+    graph: Graph
+    says: dict[int, RunSays]
+
+    def row_of(self, rank: int, port: str, label: int) -> int:
+        """The interval of the port of ``rank`` of kind ``port`` whose event is ``label``."""
+        return self._rows.get((rank, port, label), -1)
+
+    def __post_init__(self) -> None:
+        self._rows = {k: i for i, k in enumerate(zip(self.ports["rank"], self.ports["port"], self.ports["label"]))}  # fmt: skip
+
+
+def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
+    """The graph across ranks of every rank's ``ports`` (:data:`.by_rank.PORT_COLUMNS`), its
+    collectives matched on every rank as :func:`helpers.collective_waits` matches the run's
+    ``collectives`` (every rank's, as :func:`helpers.summarise_run` keeps them), its sends and
+    receives paired as :func:`helpers.sends_and_receives` pairs them."""
+    with warnings.catch_warnings():  # said once by the run's own collective_waits
+        warnings.simplefilter("ignore", UserWarning)
+        matched = collectives_with_waits(collectives, None) if collectives["rank"].nunique() > 1 else collectives.iloc[:0]  # fmt: skip
+        ops = ports[ports["port"].isin(["send op", "recv op", "record"])].reset_index(drop=True)
+        pairs = sends_and_receives(ops.assign(rank=ops["rank"].astype(int)))
+    on_every = set(zip(*(matched[c].tolist() for c in ("rank", "key", "index")))) if len(matched) else set()  # fmt: skip
+    coll = ports[ports["port"] == "collective"]
+    kept = [(int(r), str(k), int(i)) in on_every for r, k, i in zip(coll["rank"], coll["key"], coll["index"])]  # fmt: skip
+    coll = coll[np.array(kept, dtype=bool)]
+    paired = np.concatenate([pairs["receive_record"].to_numpy(), pairs["send_record"].to_numpy()])
+    records = ops.loc[ops.index.isin(paired)]
+    waits = ports[ports["port"] == "wait"].merge(records[["rank", "label"]], on=["rank", "label"])
+    ends = ops[ops["port"].isin(["send op", "recv op"])]
+    table = pd.concat([coll, waits, ends], ignore_index=True)
+    intervals = pd.DataFrame({
+        "lane_id": np.arange(len(table)), "rank": table["rank"].to_numpy(dtype=np.int64),
+        "start_us": table["start_us"].to_numpy(float), "end_us": table["end_us"].to_numpy(float),
+        "event": _event_labels(table, ops),
+    })  # fmt: skip
+    lanes = Lanes(intervals, pd.DataFrame(), pd.DataFrame(), pairs=pairs)
+    _link(lanes, table)
+    run = LanesAndEvents(lanes, ops, IntervalArrays.of(intervals), None, None)
+    own = np.where(table["port"].to_numpy() == "collective", BEGIN.code, WORK.code).astype(np.int8)
+    graph = Graph.of([*transfer_edges(run), *receive_edges(run)], intervals, own)
+    says = {
+        int(r): RunSays(
+            collectives=coll.loc[coll["rank"] == r, "label"].to_numpy(),
+            records=records.loc[records["rank"] == r, "label"].to_numpy(),
+        )
+        for r in ports["rank"].unique()
+    }
+    return PortGraph(table.reset_index(drop=True), graph, says)
+
+
+def _event_labels(table: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Each port interval's event, as the pairs name them (the rows of ``ops``: a wait is its
+    record's, an op its own), or a label of its own past them (a collective)."""
+    label_of = {(int(r), int(lb)): i for i, (r, lb) in enumerate(zip(ops["rank"], ops["label"]))}
+    fresh = iter(range(len(ops), len(ops) + len(table)))
+    return np.array([label_of.get((int(r), int(lb)), -1) if p != "collective" else next(fresh)
+                     for r, lb, p in zip(table["rank"], table["label"], table["port"])], dtype=np.int64)  # fmt: skip
+
+
+def _link(lanes: Lanes, table: pd.DataFrame) -> None:
+    """The collectives' instances of the port ``table``: each one's intervals on every rank (in
+    the order of the ranks) and its transfer (the shortest time it held a rank from its
+    arrival), as :mod:`.lanes` links them for the whole run."""
+    coll = table[table["port"] == "collective"].sort_values("rank", kind="stable")
+    for number, (_, rows) in enumerate(coll.groupby(["key", "index"], sort=False)):
+        lanes.arrivals[number] = rows.index.tolist()
+        lanes.transfer_us[number] = float(rows["held_us"].min())
+        lanes.instance.update(dict.fromkeys(rows.index.tolist(), number))
+
+
+def path_summary_of_parts(
+    chains: pd.DataFrame,
+    ports: pd.DataFrame,
+    steps: pd.DataFrame,
+    collectives: pd.DataFrame,
+    leave_out: Collection[int] = (),
+    again: Callable[[int, RankAsked], tuple[pd.DataFrame, pd.DataFrame]] | None = None,
+) -> pd.DataFrame:
+    """:func:`helpers.path_summary` by kind and name, from every rank's part of the path.
+
+    Args:
+        chains: every rank's pieces (:func:`.by_rank.rank_part`).
+        ports: every rank's ports (:func:`.by_rank.rank_part`).
+        steps: every rank's steps, as :func:`helpers.summarise_run` keeps them.
+        collectives: every rank's collectives, as :func:`helpers.summarise_run` keeps them.
+        leave_out: steps to leave out (a stall or a hang).
+        again: a rank's part made again as asked (its events read once more); None: a piece
+            that cannot be cut exactly is cut in proportion to its time (the run's files gone).
+
+    Returns:
+        ``rank, kind, name, ms, ms_per_step, share``, heaviest first.
+    """
+    totals: dict[tuple, dict[int, float]] = {}
+    if chains.empty:  # a pass that kept no path (``critical=False``)
+        return _table(totals)
+    windows = [w for w in step_windows(steps) if w[0] not in leave_out]
+    bounds = np.unique([b for _, lo, hi in windows for b in (lo, hi)])
+    graph = ports_graph(ports, collectives)
+    asked: dict[int, RankAsked] = {}
+    for _ in range(2):  # once as kept; once more with the ranks asked again, if any
+        stringer = _Stringer(chains, graph)
+        totals = {}
+        ends = steps.groupby(["step", "rank"])["end_us"].max()
+        for step, lo, hi in windows:
+            stringer.string(totals, step, int(ends.loc[step].idxmax()), lo, hi)
+        wanted = _asked_again(stringer.inexact, graph, ports, bounds, asked)
+        if not wanted or again is None:
+            break
+        chains, ports = _replaced(chains, ports, wanted, again)
+        graph = ports_graph(ports, collectives)
+    return _table(totals)
+
+
+def _asked_again(inexact: dict[int, set], graph: PortGraph, ports: pd.DataFrame, bounds, asked: dict) -> dict:  # fmt: skip
+    """The ranks to ask again, with what: those whose pieces the walk cut inexactly (cut at the
+    steps' bounds and the moments it entered them), and those whose collectives or records the
+    run does not match as a rank read alone takes them (all of them)."""
+    wanted = {}
+    for rank, says in graph.says.items():
+        mine = ports[ports["rank"] == rank]
+        alone = RunSays(mine.loc[mine["port"] == "collective", "label"].to_numpy(), mine.loc[mine["port"] == "record", "label"].to_numpy())  # fmt: skip
+        differs = len(alone.collectives) != len(says.collectives) or len(alone.records) != len(says.records)  # fmt: skip
+        if (differs or rank in inexact) and rank not in asked:
+            cuts = np.unique(np.r_[bounds, sorted(inexact.get(rank, ()))])
+            wanted[rank] = asked[rank] = RankAsked(says, cuts)
+    return wanted
+
+
+def _replaced(chains, ports, wanted: dict[int, RankAsked], again) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """``chains`` and ``ports`` with the ranks of ``wanted`` made again as asked."""
+    from .by_rank import concat_chains
+
+    parts = {rank: again(rank, how) for rank, how in wanted.items()}
+    kept = ~chains["rank"].isin(list(parts))
+    chains = concat_chains([chains[kept], *[c for c, _ in parts.values()]])
+    ports = pd.concat([ports[~ports["rank"].isin(list(parts))], *[p for _, p in parts.values()]], ignore_index=True)  # fmt: skip
+    return chains, ports
+
+
+class _Stringer:
+    """The walk of the whole run's path over every rank's pieces and the graph across ranks."""
+
+    def __init__(self, chains: pd.DataFrame, graph: PortGraph):
+        self.graph = graph
+        ids = [chains[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
+        order = np.lexsort(ids[::-1])
+        ids = [i[order] for i in ids]
+        first = np.flatnonzero(np.r_[True, (np.diff(np.stack(ids), axis=1) != 0).any(axis=0)])
+        self.bounds = np.r_[first, len(order)]
+        self.piece_of = {c: g for g, c in enumerate(zip(*(i[first].tolist() for i in ids)))}
+        heads = chains.iloc[order[first]]
+        self.head = {c: heads[c].tolist() for c in ("start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index", "to_label", "first_us", "last_us")}  # fmt: skip
+        text = {c: chains[c].astype("category") for c in ("kind", "name")}
+        self.kind, self.name = (text[c].cat.codes.to_numpy()[order] for c in ("kind", "name"))
+        self.kinds, self.names = (text[c].cat.categories.to_numpy() for c in ("kind", "name"))
+        self.us = chains["us"].to_numpy(float)[order]
+        self.first = chains["first"].to_numpy(bool)[order]
+        self.last = chains["last"].to_numpy(bool)[order]
+        starts = heads[heads["begin"].to_numpy() == 0]
+        self.walk_at = {}
+        for r, w, o, st, k, i, lb in zip(*(starts[c].tolist() for c in ("rank", "walk", "origin", "step", "key", "index", "label"))):  # fmt: skip
+            self.walk_at[(r, o, st if o == "end" else (k, i) if o == "arrival" else lb)] = w
+        self.key_label = {(r, k, i): lb for r, k, i, lb in zip(graph.ports["rank"], graph.ports["key"], graph.ports["index"], graph.ports["label"]) if k != ""}  # fmt: skip
+        self.names_of = dict(zip(zip(graph.ports["rank"], graph.ports["label"]), graph.ports["name"]))  # fmt: skip
+        self.inexact: dict[int, set] = {}
+
+    def string(self, totals: dict, step: int, rank: int, lo: float, hi: float) -> None:
+        """Add ``step``'s path, from its end ``hi`` on ``rank`` back to ``lo``, to ``totals``."""
+        at, t, seen = (rank, self.walk_at.get((rank, "end", step), -1), 0), hi, set()
+        while t > lo and at not in seen:
+            seen.add(at)
+            rank = at[0]
+            if at not in self.piece_of:  # the rank's trace has nothing here: untraced time
+                break
+            g = self.piece_of[at]
+            t = self._add(totals, step, rank, g, t, lo)
+            if t <= lo:
+                return
+            head = {c: v[g] for c, v in self.head.items()}
+            if head["to_walk"] >= 0:
+                at = (rank, head["to_walk"], head["to_begin"])
+            elif head["to_key"] != "":
+                at, t = self._across(totals, step, rank, ("collective", self.key_label.get((rank, head["to_key"], head["to_index"]), -1)), t, lo)  # fmt: skip
+            elif head["to_label"] >= 0:
+                at, t = self._across(totals, step, rank, ("wait", head["to_label"]), t, lo)
+            else:
+                break  # the rank's trace begins
+        if t > lo:
+            _add(totals, (rank, UNTRACED.segment_kind, UNTRACED_NAME), step, t - lo)
+
+    def _add(self, totals: dict, step: int, rank: int, g: int, t: float, lo: float) -> float:
+        """Add piece ``g``'s time within ``(lo, t]``; return where it stops (or ``lo``)."""
+        start, stop = self.head["start_us"][g], self.head["stop_us"][g]
+        if min(t, start) <= max(stop, lo):  # none of it within (lo, t]: the walk enters below
+            return max(min(t, stop), lo)
+        top, bottom = max(start - t, 0.0), max(lo - stop, 0.0)
+        span = start - stop
+        rows = range(self.bounds[g], self.bounds[g + 1])
+        cut = {}
+        exact = (top == 0 or top <= self.head["first_us"][g]) and (bottom == 0 or bottom <= self.head["last_us"][g])  # fmt: skip
+        if (top or bottom) and not exact:
+            self.inexact.setdefault(rank, set()).update(m for m in (t, lo) if stop < m < start)
+        for at in rows:
+            us = self.us[at]
+            if exact:
+                us -= (top if self.first[at] else 0.0) + (bottom if self.last[at] else 0.0)
+            elif span > 0:
+                us *= max(min(t, start) - max(stop, lo), 0.0) / span
+            cut[at] = us
+        for at, us in cut.items():
+            _add(totals, (rank, self.kinds[self.kind[at]], self.names[self.name[at]]), step, us)
+        return max(min(t, stop), lo)
+
+    def _across(self, totals: dict, step: int, rank: int, port: tuple, t: float, lo: float) -> tuple[tuple, float]:  # fmt: skip
+        """Where the path goes on from the port ``(kind, label)`` of ``rank`` that its walk
+        reached at ``t``: the graph's binding edge there, as the whole run's walk takes it."""
+        graph = self.graph
+        row = graph.row_of(rank, *port)
+        if row < 0:  # not joined across ranks as the rank's part took it: asked again
+            self.inexact.setdefault(rank, set())
+            return (rank, -1, -1), t
+        edge = graph.graph.binding[2 * row + 1]
+        dependency = DEPENDENCIES[graph.graph.dependency[edge]]
+        source = int(graph.graph.source[edge])
+        name = self.names_of.get((rank, port[1]), port[0])
+        if dependency.own_time:  # a wait that began once its data was there: its own time
+            start = float(graph.ports["start_us"].iat[row])
+            _add(totals, (rank, graph.ports["kind"].iat[row], name), step, t - max(start, lo))
+            return (rank, self.walk_at.get((rank, "wait", port[1]), -1), 0), start
+        there = t if graph.graph.during[edge] else float(graph.graph.time[source])
+        begin = min(there, t)
+        j = source // 2
+        other = int(graph.ports["rank"].iat[j])
+        _add(totals, (other, COLLECTIVE_KIND, name), step, t - max(begin, lo))
+        kind, label = graph.ports["port"].iat[j], int(graph.ports["label"].iat[j])
+        origin = {"collective": "arrival", "send op": "issue", "recv op": "post"}[kind]
+        what = (graph.ports["key"].iat[j], int(graph.ports["index"].iat[j])) if kind == "collective" else label  # fmt: skip
+        walk = self.walk_at.get((other, origin, what), -1)
+        return (other, walk, self._begin_at(other, walk, begin)), begin
+
+    def _begin_at(self, rank: int, walk: int, t: float) -> int:
+        """The piece of ``walk`` of ``rank`` that holds the moment just before ``t``."""
+        begin = 0
+        while (rank, walk, begin + 1) in self.piece_of and self.head["stop_us"][self.piece_of[(rank, walk, begin)]] >= t:  # fmt: skip
+            begin += 1
+        return begin
+
+
+def _add(totals: dict, where: tuple, step: int, us: float) -> None:
+    per_step = totals.setdefault(where, {})
+    per_step[step] = per_step.get(step, 0.0) + us
+
+
+def _table(totals: dict) -> pd.DataFrame:
+    """:func:`helpers.path_summary`'s table of ``totals`` (µs per step, by rank, kind, name)."""
+    if not totals:
+        return pd.DataFrame(columns=["rank", "kind", "name", "ms", "ms_per_step", "share"])
+    index = pd.MultiIndex.from_tuples(list(totals), names=["rank", "kind", "name"])
+    per_step = pd.DataFrame(list(totals.values()), index=index).fillna(0.0) / 1e3
+    return summary_table(per_step)
