@@ -24,12 +24,13 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from repeated import run_cases  # noqa: E402
+from repeated import record_checks, run_cases  # noqa: E402
 
 from helpers import load_run, step_times, what_if  # noqa: E402
 from helpers.jobs import launch  # noqa: E402
 
 JOB = REPO / "benchmarks" / "what_if_job.py"
+H200 = REPO / "data" / "h200-job"
 #: Per case: the job's arguments as it is, the rank and work removed, and the arguments without it.
 CASES = {
     "two slowed ranks (120 and 60 ms): remove rank 0's delay": (
@@ -69,9 +70,26 @@ def measure(name: str, before: list[str], removed: tuple[int, str], after: list[
     }
 
 
+def recorded_gpu_case() -> dict:
+    """The series' H200 job (data/h200-job, recorded): rank 1's slow op taken out of the slowed
+    run, against the run recorded without it."""
+    slow, step = median_step(H200 / "gpuslow-1")
+    _, fixed = median_step(H200 / "base-1")
+    predicted = float(what_if(slow, rank=1, name="^slow_op$").median())
+    return {
+        "case": "H200, DDP over gloo: remove rank 1's slow op (its GPU matmuls)",
+        "step ms": round(step, 1),
+        "measured without ms": round(fixed, 1),
+        "what-if ms": round(predicted, 1),
+        "subtraction ms": float("nan"),
+        "what-if error %": round(100 * abs(predicted - fixed) / fixed, 1),
+        "subtraction error %": float("nan"),
+    }
+
+
 def main() -> None:
-    rows, _ = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-what-if-")
-    table = pd.DataFrame(rows).groupby("case", sort=False).median()
+    rows, repeats, record = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-what-if-")
+    table = pd.DataFrame([*rows, recorded_gpu_case()]).groupby("case", sort=False).median()
     with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         print(table.to_string())
     print(
@@ -79,6 +97,8 @@ def main() -> None:
         f"(target: within 15 %); subtraction: {table['subtraction error %'].median():.1f} %; "
         f"cases where subtraction is 30 % or more off: {(table['subtraction error %'] >= 30).sum()} of {len(table)}"  # fmt: skip
     )
+    if record:
+        record_checks(table, "what_if_cases.py", repeats)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from test_graph import launch, op, step
+from test_graph import kernel, launch, op, step
 
 from conftest import REAL_TRACES, REPO, trace_doc, write_doc
 from helpers import collective_waits, critical_path, find_straggler, path_summary, what_if
@@ -122,8 +122,9 @@ def test_htas_gpu_path_and_ours_share_their_gpu_time(real_traces, case, window):
 
 
 def test_a_stream_wait_that_matches_nothing_is_said_and_the_path_still_tiles(tmp_path):
-    # a cudaStreamWaitEvent with no record call before it and no work launched after it
-    events = [step(0, 500), op("aten::mm", 0, 100), op("cudaStreamWaitEvent", 100, 5, cat="cuda_runtime", correlation=9), launch(110, 10, 1)]  # fmt: skip
+    # a cudaStreamWaitEvent with no record call before it, and a kernel launched after it
+    events = [step(0, 500), op("aten::mm", 0, 100), op("cudaStreamWaitEvent", 100, 5, cat="cuda_runtime", correlation=9),
+              launch(110, 10, 1), kernel("gemm", 130, 100, 1)]  # fmt: skip
     write_doc(tmp_path / "rank0.json", trace_doc(events))
     run = load_run(tmp_path, cache=False).events
     with pytest.warns(UserWarning, match="1 of the 1 stream waits .* could not be matched"):

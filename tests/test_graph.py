@@ -130,11 +130,14 @@ def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str 
     names = events["name"].astype(str)
 
     def node(n: int) -> str:
+        if n >= 2 * graph.intervals:
+            return "hub"  # a collective's node of its own
         label, rank = int(iv["event"].iat[n // 2]), int(iv["rank"].iat[n // 2])
         what = names.get(label, "gap") if label >= 0 else "gap"
         return f"r{rank} {what}.{'end' if n % 2 else 'start'}"
 
-    lane = lanes.lanes["lane"].to_numpy()[iv["lane_id"].to_numpy()[graph.target // 2]]
+    lanes_of = np.r_[iv["lane_id"].to_numpy(), np.full(graph.hubs, -1)]
+    lane = np.r_[lanes.lanes["lane"].to_numpy(), [""]][lanes_of[graph.target // 2]]
     (kind,) = [d for d in DEPENDENCIES if d.name == dependency]
     mine = np.flatnonzero((graph.dependency == kind.code) & ((lane == into) | (into is None)))
     if kind.own_start:
@@ -145,14 +148,12 @@ def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str 
 #: Per case: the ranks' events, the dependency looked at (into the lane named, where one is),
 #: and the edges it must have.
 BUILDERS = {
-    "transfer: an edge from each rank's arrival, its lag the shortest duration": (
+    "transfer: through its hub, from each rank's arrival to each rank's end, after the shortest duration": (
         {0: [step(0, 900), op("aten::mm", 0, 300), op("gloo:all_reduce", 300, 500, tid=GLOO, cat="user_annotation")],  # fmt: skip
          1: [step(0, 900), op("aten::mm", 0, 600), op("gloo:all_reduce", 600, 200, tid=GLOO, cat="user_annotation")]},  # fmt: skip
         ("transfer", None),
-        {("r0 gloo:all_reduce.start", "r0 gloo:all_reduce.end", 200),
-         ("r1 gloo:all_reduce.start", "r0 gloo:all_reduce.end", 200),
-         ("r0 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200),
-         ("r1 gloo:all_reduce.start", "r1 gloo:all_reduce.end", 200)},
+        {("r0 gloo:all_reduce.start", "hub", 0), ("r1 gloo:all_reduce.start", "hub", 0),
+         ("hub", "r0 gloo:all_reduce.end", 200), ("hub", "r1 gloo:all_reduce.end", 200)},
     ),
     "receive: a receive's wait ends after the later of its send and its posting, plus the transfer": (
         PIPELINE, ("receive", None),

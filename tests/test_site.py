@@ -34,6 +34,7 @@ PAGES = [
     "search",
     *(f"docs/{p.stem}" for p in sorted(REPO.glob("docs/*.md"))),
     "data/gpu-traces/README",
+    "data/h200-job/README",
     *(f"notebooks/{stem}" for stem in LESSONS),
     *(f"solutions/{p.stem}" for p in sorted(REPO.glob("solutions/[0-9]*.ipynb"))),
 ]

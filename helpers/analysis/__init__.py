@@ -58,6 +58,7 @@ from .path import (
     replay_step_times,
     step_windows,
     what_if,
+    what_if_checks,
 )
 from .point_to_point import sends_and_receives, stage_waits
 from .rank_by_rank import RunSummary, kept_of_file, summarise_run, summary_of
@@ -103,6 +104,7 @@ __all__ = [
     "path_summary",
     "step_windows",
     "what_if",
+    "what_if_checks",
     "replay_error",
     "replay_step_times",
     "summarise_run",

@@ -72,6 +72,7 @@ def plot_critical_path(
     mine = path[path["step"] == step].sort_values("start_us")
     if mine.empty:
         raise ValueError(f"step={step}: the path has no segment in that step; its steps: {sorted(path['step'].unique())}")  # fmt: skip
+    events = _lanes_busy_in(events, float(mine["start_us"].min()), float(mine["end_us"].max()))
     drawable = events[events["kind"].isin([k for k in KIND_NAMES if k != "other"])]
     rows, _, _, lanes_tall, _ = timeline_rows(events, drawable, True, None, "rank")
     if ax is None:
@@ -99,6 +100,16 @@ def plot_critical_path(
     _legend_with_path(ax, dotted.any(), bool((ranks[1:] != ranks[:-1]).any()))
     _legible(ax)
     return fig
+
+
+def _lanes_busy_in(events: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    """``events`` of the lanes that hold some event in ``(lo, hi)``, or the steps (a GPU job's
+    many streams, most of them idle in a given step, are left out)."""
+    within = (events["start_us"] < hi).to_numpy() & (events["end_us"] > lo).to_numpy()
+    busy = events[within | (events["kind"] == "step").to_numpy()]
+    keep = pd.MultiIndex.from_frame(busy[["rank", "lane"]].astype(str)).unique()
+    lanes = pd.MultiIndex.from_frame(events[["rank", "lane"]].astype(str))
+    return events[lanes.isin(keep)]
 
 
 def _legible(ax: plt.Axes) -> None:

@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 
-from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if
+from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if, what_if_checks
 from ..analysis.path.dependencies import DEPENDENCIES, UNTRACED
 from ..analysis.path.lanes import Lanes, lane_intervals
 from ..analysis.path.walk import path_of
@@ -209,12 +209,18 @@ def _what_if(events: pd.DataFrame, lanes: Lanes, top: pd.Series, median_ms: floa
     if top["kind"] in _NOT_REMOVABLE:
         return f"A what-if cannot remove it by name ({_not_removable(str(top['kind']))})."
     predicted = what_if(events, rank, f"^{re.escape(name)}$", lanes=lanes)
-    error = float(predicted.attrs["replay_error"].max())
+    fit = float(predicted.attrs["replay_error"].max())
+    gpu = predicted.attrs["changed"]["gpu_work"]
+    launched = f", with the {gpu} GPU events it launched," if gpu else ""
+    checks = what_if_checks()
     return (
-        f"If rank {rank}'s `{_short(name)}` took no time, the median step would take "
-        f"{predicted.median():.1f} ms instead of {median_ms:.1f} ms (predicted by re-timing "
-        f"the run's dependencies; the re-timing reproduces the measured steps to within "
-        f"{error:.1%}, and cannot know what runs faster once the rest changes)."
+        f"If rank {rank}'s `{_short(name)}` took no time{launched} the median step would take "
+        f"{predicted.median():.1f} ms instead of {median_ms:.1f} ms, predicted by re-timing the "
+        f"run's dependencies. How far to trust it: such predictions came within "
+        f"{checks['error_pct'].min():.1f} to {checks['error_pct'].max():.1f} % of runs made "
+        f"without the change in the series' {len(checks)} checks (`what_if_checks()`); the "
+        f"re-timing fits this run to within {fit:.1%} (its replay error, a check of the model, "
+        "not of the prediction), and it cannot know what runs faster once the rest changes."
     )
 
 

@@ -33,6 +33,7 @@ GUIDES = (
     "docs/CHEATSHEET.md",
     "docs/INSTRUCTORS.md",
     "data/gpu-traces/README.md",
+    "data/h200-job/README.md",
 )
 #: What a page is made from: the files Sphinx reads as documents.
 PAGE_SUFFIXES = (".md", ".ipynb")

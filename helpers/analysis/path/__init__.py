@@ -15,7 +15,7 @@ what-if, on one dependency graph of the run's moments.
 """
 
 from .graph import validate
-from .replay import replay_error, replay_step_times, what_if
+from .replay import replay_error, replay_step_times, what_if, what_if_checks
 from .walk import critical_path, path_summary, step_windows
 
 __all__ = [
@@ -25,5 +25,6 @@ __all__ = [
     "what_if",
     "replay_error",
     "replay_step_times",
+    "what_if_checks",
     "validate",
 ]

@@ -4,8 +4,9 @@ waited for, every candidate it finds; it decides nothing (:func:`.graph.binding_
 picks, of a moment's edges, the one that held it). Which builder looks at an interval depends
 only on what the interval is (:data:`INTERVAL_KINDS`):
 
-1. a collective matched on several ranks: ``transfer`` (:func:`transfer_edges`, an edge from
-   every rank's arrival);
+1. a collective (an interval of its own, whatever ran inside it): matched on every rank,
+   ``transfer`` (:func:`transfer_edges`, through a node of its own from every rank's arrival);
+   else its own time;
 2. the wait at the end of a send's or a receive's record: ``receive`` and ``send``
    (:func:`receive_edges`: from the send's issue and the receive's posting);
 3. on a worker lane (a GPU stream, gloo's collective thread), a gap or an annotation with
@@ -91,9 +92,9 @@ class LanesAndEvents:
         return np.flatnonzero(self.kind_of == INTERVAL_KINDS.index(kind))
 
 
-#: What an interval can be, for the builders: work of its own, a matched collective, the wait at
-#: the end of a send's or a receive's record, a worker lane's wait (a gap, a bare annotation), a
-#: thread's wait (a gap, a bare annotation, a CUDA call that can block, a collective's wait).
+#: What an interval can be, for the builders: work of its own, a collective, the wait at the end
+#: of a send's or a receive's record, a worker lane's wait (a gap, a bare annotation), a thread's
+#: wait (a gap, a bare annotation, a CUDA call that can block, a collective's wait).
 INTERVAL_KINDS = ("work", "collective", "point to point", "worker wait", "thread wait")
 
 #: The spans of collectives that a backend's own thread runs (gloo's, MPI's).
@@ -124,15 +125,16 @@ def _interval_kinds(lanes, ev: pd.DataFrame, arrays: IntervalArrays) -> np.ndarr
     kind = np.where(~has | annotation, np.where(worker, 3, 4), 0)
     kind[blocks] = 4  # a thread held in a call, on any lane
     kind[point_to_point_waits(lanes, arrays)] = 2
-    kind[np.fromiter(lanes.instance, dtype=np.int64, count=len(lanes.instance))] = 1
+    kind[np.fromiter(lanes.keys, dtype=np.int64, count=len(lanes.keys))] = 1
     return kind
 
 
 def own_dependencies(run: LanesAndEvents, parts: list[Edges]) -> np.ndarray:
-    """Each interval's edge from its own start, as a dependency code: ``begin`` for a matched
-    collective, ``queue`` for a worker lane's gap that waited for something (what it waited for
-    had ended before it began: its previous event held it), ``untraced`` for another gap,
-    ``work`` for an event."""
+    """Each interval's edge from its own start, as a dependency code: ``begin`` for a collective
+    matched on every rank, ``queue`` for a worker lane's gap that waited for something (what it
+    waited for had ended before it began: its previous event held it), ``untraced`` for another
+    gap, ``work`` for an event (a collective not matched on every rank holds its rank for its
+    own time)."""
     arrays = run.arrays
     waited = np.zeros(len(arrays.event), dtype=bool)
     for edges in parts:
@@ -141,23 +143,25 @@ def own_dependencies(run: LanesAndEvents, parts: list[Edges]) -> np.ndarray:
     gap = arrays.event < 0
     own = np.where(gap, UNTRACED.code, WORK.code)
     own[gap & waited & (run.kind_of == INTERVAL_KINDS.index("worker wait"))] = QUEUE.code
-    own[run.rows("collective")] = BEGIN.code
+    own[np.fromiter(run.lanes.instance, dtype=np.int64, count=len(run.lanes.instance))] = BEGIN.code
     return own.astype(np.int8)
 
 
 def transfer_edges(run: LanesAndEvents) -> list[Edges]:
     """``transfer``: each matched collective's interval on one rank ends when the last rank has
-    arrived, plus the collective's transfer (its shortest duration across the ranks): an edge
-    from every rank's arrival (its interval's start), in the order of the ranks' arrivals."""
+    arrived, plus the collective's transfer (its shortest duration across the ranks). Through a
+    node of its own per collective (:attr:`.graph.Graph.hubs`: numbered past the intervals'), so
+    that a collective of n ranks has 2n edges, not n²: an edge from every rank's arrival (its
+    interval's start, in the order of the ranks) to it, and one from it to every rank's end."""
     lanes = run.lanes
+    first = 2 * len(run.arrays.start)
     source, target, lag = [], [], []
-    for instance, arrivals in lanes.arrivals.items():
+    for hub, (instance, arrivals) in enumerate(lanes.arrivals.items(), start=first):
         transfer = lanes.transfer_us[instance]
         transfer = 0.0 if transfer != transfer else transfer  # no duration known
-        for row in arrivals:
-            source += [2 * j for j in arrivals]
-            target += [2 * row + 1] * len(arrivals)
-            lag += [transfer] * len(arrivals)
+        source += [2 * j for j in arrivals] + [hub] * len(arrivals)
+        target += [hub] * len(arrivals) + [2 * j + 1 for j in arrivals]
+        lag += [0.0] * len(arrivals) + [transfer] * len(arrivals)
     return [Edges.of(source, target, TRANSFER, lag)]
 
 

@@ -27,7 +27,7 @@ from pandas.api.types import union_categoricals
 from ...traces.kinds import name_matches
 from ..point_to_point import RECV_OP, SEND_OP, TRANSFER_RECORDS
 from .dependencies import DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
-from .lanes import Lanes, RunSays, lane_intervals
+from .lanes import Lanes, lane_intervals
 from .walk import PathWalker, Stop
 
 __all__ = ["rank_part", "RankAsked", "concat_chains", "CHAIN_COLUMNS", "PORT_COLUMNS"]
@@ -56,11 +56,9 @@ PORT_COLUMNS = ["rank", "port", "label", "key", "index", "name", "kind", "lane",
 
 @dataclass
 class RankAsked:
-    """What a rank's part is asked again with, once the whole run is known: what the run says of
-    its collectives and records (:class:`.lanes.RunSays`), and the moments to cut its walks at
-    (the steps' windows' bounds, a moment a walk is entered at)."""
+    """What a rank's part is asked again with, once the whole run is known: the moments to cut
+    its walks at (the steps' windows' bounds, the moments walks enter or leave them)."""
 
-    says: RunSays = field(default_factory=RunSays)
     cuts: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
@@ -84,7 +82,7 @@ class _RankWalker(PathWalker):
         return int(self.by[row]), int(self.at[row]), float(self.entered[row])
 
     def take(self, step, row, t, lo, rows, revisited):
-        if self.stops[row]:  # a send's or a receive's wait: the run's graph decides it
+        if self.stops[row]:  # a collective, a send's or a receive's wait: the run decides it
             return Stop(row, t, joined=False)
         by = self.by[row]
         if by < 0:
@@ -148,15 +146,14 @@ def rank_part(events: pd.DataFrame, asked: RankAsked | None = None) -> tuple[pd.
     Each interval of the rank is walked once: a walk that reaches one an earlier walk took, and
     would go on from it as that walk did, stops there, and the earlier walk is cut at that
     moment, so the pieces add up to what a walk from every port would see, in time linear in
-    the rank's events. ``asked``: what the whole run says of the rank (its collectives matched
-    on every rank, its records paired) and where to cut its walks; by default, every
-    collective and record it holds, no cut."""
+    the rank's events. ``asked``: where to cut its walks (by default, nowhere)."""
     asked = RankAsked() if asked is None else asked
     if not (events["kind"] == "step").any():
         return pd.DataFrame(columns=CHAIN_COLUMNS), pd.DataFrame(columns=PORT_COLUMNS)
-    lanes = lane_intervals(events, alone=True, says=asked.says)
+    lanes = lane_intervals(events, alone=True)
     iv = lanes.intervals
     stops = np.isin(iv["event"].to_numpy(), lanes.records) & (iv["event"].to_numpy() >= 0)
+    stops[np.fromiter(lanes.keys, dtype=np.int64, count=len(lanes.keys))] = True  # collectives
     walker = _RankWalker(lanes, stops)
     rank = int(events["rank"].iloc[0])
     ports = _ports(rank, events, lanes, walker, stops)
@@ -199,9 +196,8 @@ def _ports(rank: int, events: pd.DataFrame, lanes: Lanes, walker: _RankWalker, s
     label = iv["event"].to_numpy()
     rows = []
     for row, (key, index) in lanes.keys.items():
-        held = lanes.transfer_us[lanes.instance[row]]
-        rows.append((rank, "collective", int(label[row]), key, int(index), walker.starts[row], walker.ends[row], held))  # fmt: skip
-    for row in np.flatnonzero(stops):
+        rows.append((rank, "collective", int(label[row]), key, int(index), walker.starts[row], walker.ends[row], lanes.held_us[row]))  # fmt: skip
+    for row in np.flatnonzero(stops & np.isin(label, lanes.records)):
         rows.append((rank, "wait", int(label[row]), "", -1, walker.starts[row], walker.ends[row], np.nan))  # fmt: skip
     table = pd.DataFrame(rows, columns=["rank", "port", "label", "key", "index", "start_us", "end_us", "held_us"])  # fmt: skip
     ops = events[events["name"].isin([SEND_OP, RECV_OP]).to_numpy() | name_matches(events, TRANSFER_RECORDS)]  # fmt: skip
@@ -222,12 +218,14 @@ def _ports(rank: int, events: pd.DataFrame, lanes: Lanes, walker: _RankWalker, s
 
 def _cuts_within(segments: list[tuple], moments: np.ndarray) -> list[tuple[int, float]]:
     """The cuts ``(position of a segment, moment)`` of a walk's ``segments`` (latest first,
-    each ``(..., start, end, ...)``) at the ``moments`` strictly within its time."""
+    each ``(..., start, end, ...)``) at the ``moments`` strictly within its time: within a
+    segment, or where one ends and the next (later) one begins."""
     if not segments or not len(moments):
         return []
     found = []
+    top = segments[0][4]
     for position, segment in enumerate(segments):
-        inside = moments[(moments > segment[3]) & (moments < segment[4])]
+        inside = moments[(moments > segment[3]) & (moments <= segment[4]) & (moments < top)]
         found += [(position, float(m)) for m in inside]
     return found
 

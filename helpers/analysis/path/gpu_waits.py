@@ -246,7 +246,9 @@ def stream_wait_edges(run) -> list[Edges]:
             else:
                 waited, inferred = _after_last_record(work, records, rank, lane, start), True
             held = _first_on(work, stream, start, lane)
-            if waited < 0 or held < 0:
+            if held < 0:
+                continue  # no work launched after it in the trace: it held nothing here
+            if waited < 0:
                 unmatched += 1
                 continue
             if work.stream[waited] == work.stream[held]:
@@ -263,8 +265,8 @@ def stream_wait_edges(run) -> list[Edges]:
         warnings.warn(
             f"{unmatched} of the {len(waits)} stream waits (cudaStreamWaitEvent) in these traces "
             "could not be matched to the work they waited for (no record call before them on "
-            "their thread, or no work launched after them): the critical path counts the time "
-            "such a stream was held as its own queue",
+            "their thread, and no sync record that says which): the critical path counts the "
+            "time such a stream was held as its own queue",
             stacklevel=2,
         )
     return [*into_gaps.edges(STREAM_WAIT), *into_starts.edges(STREAM_WAIT, 0.0)]

@@ -13,6 +13,8 @@ waited for, every candidate they find; :meth:`Graph.of` adds the rest:
 - every interval's end has one edge from its own start (:attr:`~.dependencies.Dependency.own_start`):
   its own time (``work``, ``untraced``, ``queue``) or, for a collective, ``begin`` (lag 0);
 - every interval's start has one from the end of the one before it on its lane (``lane order``);
+- a collective goes through a node of its own past the intervals' (a *hub*: every rank's arrival
+  into it, and out of it to every rank's end, :func:`.builders.transfer_edges`);
 - the edges of a wait (:attr:`~.dependencies.Dependency.waits`) and the wait's own edge all carry
   the wait's *delay*: how long after the last of what it waited for (its own start included) it
   ended, as measured (:func:`wait_delays`). So a wait ends that long after whichever of its
@@ -115,9 +117,11 @@ class Graph:
         decided (:func:`binding_edges`)."""
         starts, ends = intervals["start_us"].to_numpy(float), intervals["end_us"].to_numpy(float)
         lane = intervals["lane_id"].to_numpy()
-        time = np.ravel(np.column_stack([starts, ends]))
-        rank = np.repeat(intervals["rank"].to_numpy(), 2)
         rows = np.arange(len(starts))
+        hubs = max((int(p.target.max()) + 1 for p in parts if len(p.target)), default=0)
+        hubs = max(hubs - 2 * len(starts), 0)
+        time = np.r_[np.ravel(np.column_stack([starts, ends])), np.full(hubs, -np.inf)]
+        rank = np.r_[np.repeat(intervals["rank"].to_numpy(), 2), np.full(hubs, -1)]
         after = rows[1:][lane[1:] == lane[:-1]]
         parts = [
             *parts,
@@ -132,7 +136,10 @@ class Graph:
         inferred = np.concatenate([np.full(len(p.source), p.inferred) for p in parts])
         mine = slice(len(source) - len(after) - len(rows), len(source) - len(after))
         dependency[mine] = own
-        delay = wait_delays(source, target, dependency, time, during)
+        # a hub's measured moment: the last arrival of what goes through it (lag 0)
+        into = target >= 2 * len(starts)
+        np.maximum.at(time, target[into], time[source[into]])
+        delay = wait_delays(source, target, dependency, time[: 2 * len(starts)], during)
         waiting = ~np.isnan(delay)
         lag[mine] = np.where(_OWN_TIME[own], np.where(waiting, delay, ends - starts), 0.0)
         waits = _WAITS[dependency] & (target % 2 == 1)
@@ -147,6 +154,26 @@ class Graph:
         """The dependency code of ``node``'s binding edge (-1: none)."""
         edge = self.binding[node]
         return int(self.dependency[edge]) if edge >= 0 else -1
+
+    @property
+    def intervals(self) -> int:
+        """How many intervals the graph is of (their nodes come first: ``2i``, ``2i + 1``)."""
+        return (len(self.time) - self.hubs) // 2
+
+    @property
+    def hubs(self) -> int:
+        """How many nodes are past the intervals' (a collective's, that every rank's arrival
+        goes into and every rank's end comes out of)."""
+        return int((self.rank < 0).sum())
+
+    def behind(self, nodes: np.ndarray) -> np.ndarray:
+        """``nodes``, each hub replaced by the node its binding edge comes from (a collective's
+        last arrival)."""
+        nodes = np.asarray(nodes)
+        hub = nodes >= len(self.time) - self.hubs
+        out = nodes.copy()
+        out[hub] = self.source[self.binding[nodes[hub]]]
+        return out
 
 
 def wait_delays(source, target, dependency, time, during) -> np.ndarray:
@@ -166,8 +193,8 @@ def wait_delays(source, target, dependency, time, during) -> np.ndarray:
     n = len(time) // 2
     waits = _WAITS[dependency] & (target % 2 == 1)  # into a start: a bound with its own lag
     last = np.full(n, -np.inf)
-    at = np.where(during, time[target], time[source])
-    np.maximum.at(last, target[waits] // 2, at[waits])
+    source, target, during = source[waits], target[waits], during[waits]
+    np.maximum.at(last, target // 2, np.where(during, time[target], time[source]))
     waiting = np.isfinite(last)
     delay = np.full(n, np.nan)
     delay[waiting] = np.maximum(time[1::2][waiting] - np.maximum(last[waiting], time[0::2][waiting]), 0.0)  # fmt: skip
@@ -226,6 +253,7 @@ def replayed_times(graph: Graph, shrink: np.ndarray | None = None) -> np.ndarray
     if shrink is not None:
         own = _OWN_START[graph.dependency]
         lag[own] *= shrink[graph.target[own] // 2]
+        shrink = np.r_[shrink, np.ones(graph.hubs)]  # a hub is no interval: nothing removes it
         # what a removed interval waited for goes with it (a step's end still waits for its
         # collectives, whatever ended the step)
         removed = shrink[graph.target // 2] == 0.0
@@ -262,7 +290,8 @@ def validate(graph: Graph, names: list[str] | None = None) -> pd.DataFrame:
         rows.append(("cycle", ", ".join(kinds), nodes))
     found = pd.DataFrame(rows, columns=["problem", "dependency", "nodes"])
     if names is not None:
-        found["events"] = [[names[node // 2] for node in nodes] for nodes in found["nodes"]]
+        named = [*names, *["(a collective's hub)"] * graph.hubs]
+        found["events"] = [[named[node // 2] if node < 2 * len(names) else named[-1] for node in nodes] for nodes in found["nodes"]]  # fmt: skip
     return found
 
 

@@ -25,14 +25,14 @@ import numpy as np
 import pandas as pd
 
 from ...traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
-from ..collectives import collectives_with_waits, matched_collectives, paired_by_guess
+from ..collectives import matched_collectives, on_every_rank, paired_by_guess
 from ..intervals import merge_intervals
 from ..point_to_point import TRANSFER_RECORDS, sends_and_receives, waits_in_records
 from ..windows import window_steps
 from .builders import graph_of
 from .graph import Graph
 
-__all__ = ["Lanes", "RunSays", "lane_intervals"]
+__all__ = ["Lanes", "lane_intervals"]
 
 _SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
 
@@ -44,14 +44,15 @@ class Lanes:
     ``intervals``: one row each, sorted by lane then time: ``lane_id, rank, start_us, end_us,
     event`` (the row label in ``events`` of the innermost event, -1 for a gap). ``graph``: what
     each interval's start and end waited for (:class:`.graph.Graph`). ``lanes``: one row per lane_id,
-    ``rank, lane, worker, gpu, main``. ``instance``: interval row -> collective instance number;
+    ``rank, lane, worker, gpu, main``. ``keys``: interval row -> its collective's ``(key,
+    index)`` as :func:`helpers.matched_collectives` numbers it (every collective is an interval
+    of its own); ``held_us``: interval row -> how long its collective held it from its arrival;
+    ``instance``: interval row -> the instance number of a collective matched on every rank;
     ``arrivals``: instance -> its interval rows, one per rank; ``transfer_us``: instance -> its
-    shortest duration; ``keys``: interval row -> the collective's ``(key, index)`` as
-    :func:`helpers.matched_collectives` numbers it. ``steps``: each rank's steps (``rank, step,
+    shortest time held. ``steps``: each rank's steps (``rank, step,
     start_us, end_us``). ``pairs``: the sends paired with their receives
     (:func:`.point_to_point.sends_and_receives`); ``records``: the labels of the records of
-    sends and receives whose waits are point to point (those of the pairs; of a rank read
-    alone, those the run pairs)."""
+    sends and receives, whose waits are point to point (paired or not)."""
 
     intervals: pd.DataFrame
     lanes: pd.DataFrame
@@ -61,6 +62,7 @@ class Lanes:
     arrivals: dict[int, list[int]] = field(default_factory=dict)
     transfer_us: dict[int, float] = field(default_factory=dict)
     keys: dict[int, tuple[str, int]] = field(default_factory=dict)
+    held_us: dict[int, float] = field(default_factory=dict)
     pairs: pd.DataFrame | None = None
     records: np.ndarray | None = None
 
@@ -70,36 +72,23 @@ class Lanes:
         return {int(r): int(i) for i, r in zip(main.index, main["rank"])}
 
 
-@dataclass
-class RunSays:
-    """What the whole run says of a rank read alone (:func:`lane_intervals` with ``alone``):
-    which of its events are collectives matched on every rank (``collectives``: their labels)
-    and which records of sends and receives were paired (``records``: their labels); None: all
-    that the rank holds."""
-
-    collectives: np.ndarray | None = None
-    records: np.ndarray | None = None
-
-
 def lane_intervals(
     events: pd.DataFrame,
     alone: bool = False,
     names: str | None = None,
     window: str | None = None,
-    says: RunSays | None = None,
 ) -> Lanes:
     """Every lane of ``events`` cut into intervals, each with the rule that ends it (see the
     module).
 
     Args:
         events: a run's events (``load_run(...).events``).
-        alone: ``events`` are one rank's, read on their own (a run read rank by rank): each of
-            its collectives is an instance of its own, and each record of a send or a receive
-            is point to point, as the whole run would have them (or as ``says`` says).
+        alone: ``events`` are one rank's, read on their own (a run read rank by rank): its
+            collectives are intervals of their own as in the whole run, linked to no other
+            rank's.
         names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
         window: the windows that are the steps (:func:`.windows.window_steps`; default:
             ``ProfilerStep#N``).
-        says: for a rank read alone, what the whole run says of its collectives and records.
 
     Raises:
         ValueError: there is no such window.
@@ -117,42 +106,24 @@ def lane_intervals(
         pairs = sends_and_receives(ev)
     ev = waits_in_records(ev)
     lanes = _lane_table(ev, steps)
-    if alone:
-        matched, records = _alone(events, ev, names, RunSays() if says is None else says)
-    else:
-        matched = (
-            collectives_with_waits(events, names)
-            if events["rank"].nunique() > 1
-            else events.iloc[:0]
-        )
-        records = pairs[["receive_record", "send_record"]].to_numpy().ravel()
-    matched = matched[matched.index.isin(ev.index) & ~paired_by_guess(matched)]
-    ev, matched = _from_data_ready(ev, matched)
-    intervals = _intervals(ev, lanes, matched, steps, window)
+    with warnings.catch_warnings():  # said once by the run's own collective_waits
+        warnings.simplefilter("ignore", UserWarning)
+        spans = matched_collectives(events, names)
+    spans = spans[spans.index.isin(ev.index) & ~name_matches(spans, TRANSFER_RECORDS)]
+    spans = spans[~paired_by_guess(spans)]
+    ev, spans = _from_data_ready(ev, spans)
+    intervals = _intervals(ev, lanes, spans, steps, window)
     result = Lanes(
         intervals,
         lanes,
         steps[["rank", "step", "start_us", "end_us"]],
         pairs=pairs,
-        records=records,
+        records=ev.index[name_matches(ev, TRANSFER_RECORDS)].to_numpy(),
     )
-    _link_collectives(result, matched, least=1 if alone else 2)
+    several = not alone and events["rank"].nunique() > 1
+    _link_collectives(result, spans, on_every_rank(spans) if several else spans.iloc[:0])
     result.graph = graph_of(result, ev, events[(events["cat"] == "cuda_sync").to_numpy()])
     return result
-
-
-def _alone(events: pd.DataFrame, ev: pd.DataFrame, names: str | None, says: RunSays) -> tuple[pd.DataFrame, np.ndarray]:  # fmt: skip
-    """A rank read alone: its collectives (each an instance of its own, but for the records of
-    sends and receives) and the records of its sends and receives that are point to point, as
-    the whole run ``says`` (by default, all)."""
-    with warnings.catch_warnings():  # said once by the run's own collective_waits
-        warnings.simplefilter("ignore", UserWarning)
-        matched = matched_collectives(events, names)
-    matched = matched[~name_matches(matched, TRANSFER_RECORDS)]
-    if says.collectives is not None:
-        matched = matched[matched.index.isin(says.collectives)]
-    records = ev.index[name_matches(ev, TRANSFER_RECORDS)].to_numpy()
-    return matched, records if says.records is None else records[np.isin(records, says.records)]
 
 
 def _from_data_ready(ev: pd.DataFrame, matched: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
@@ -305,26 +276,28 @@ def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
     )
 
 
-def _link_collectives(lanes: Lanes, matched: pd.DataFrame, least: int) -> None:
-    """Number the matched collectives' instances (seen on at least ``least`` ranks) and find
-    each one's interval on every rank."""
-    if matched.empty:
+def _link_collectives(lanes: Lanes, spans: pd.DataFrame, linked: pd.DataFrame) -> None:
+    """Each collective's interval (``spans``, :func:`helpers.matched_collectives`' rows, each an
+    interval of its own) with its ``(key, index)`` and how long it held its rank from its
+    arrival; and the instances of those matched on every rank they belong to (``linked``, some
+    of the spans): each one's interval on every rank, and its transfer (the shortest time it
+    held a rank)."""
+    if spans.empty:
         return
     iv = lanes.intervals
     labelled = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event")
-    at = pd.Index(labelled["event"].to_numpy()).get_indexer(matched.index)
+    at = pd.Index(labelled["event"].to_numpy()).get_indexer(spans.index)
     row = np.where(at >= 0, labelled.index.to_numpy()[np.maximum(at, 0)], -1)
-    keys, indices = matched["key"].astype(str).to_numpy(), matched["index"].to_numpy()
-    numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, indices]))  # in order of appearance
-    held = matched["dur_us"] - (matched["arrival_us"] - matched["start_us"])  # from data ready
-    durations = pd.Series(held.to_numpy(float))
-    shortest = durations.groupby(numbers).min().to_numpy()  # NaN: none measured
-    seen = np.bincount(numbers[row >= 0], minlength=len(shortest))
-    kept = (row >= 0) & (seen[numbers] >= least)
-    order = np.argsort(numbers[kept], kind="stable")  # each instance's rows in matched's order
-    rows, of = row[kept][order].tolist(), numbers[kept][order].tolist()
-    key_of = [(str(k), int(i)) for k, i in zip(keys[kept][order], indices[kept][order])]
-    lanes.keys.update(zip(rows, key_of))
+    keys, indices = spans["key"].astype(str).to_numpy(), spans["index"].to_numpy()
+    held = (spans["dur_us"] - (spans["arrival_us"] - spans["start_us"])).to_numpy(float)
+    found = row >= 0
+    lanes.keys.update(zip(row[found].tolist(), zip(keys[found].tolist(), indices[found].tolist())))  # fmt: skip
+    lanes.held_us.update(zip(row[found].tolist(), held[found].tolist()))
+    kept = found & spans.index.isin(linked.index)
+    numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys[kept], indices[kept]]))  # in order
+    shortest = pd.Series(held[kept]).groupby(numbers).min().to_numpy()  # NaN: none measured
+    order = np.argsort(numbers, kind="stable")  # each instance's rows in the spans' order
+    rows, of = row[kept][order].tolist(), numbers[order].tolist()
     lanes.instance.update(zip(rows, of))
     for number, r in zip(of, rows):
         lanes.arrivals.setdefault(number, []).append(r)

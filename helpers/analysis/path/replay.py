@@ -5,18 +5,22 @@ Every interval of every lane keeps what it measured, and its place among the oth
 edges of the run's dependency graph (:mod:`.graph`) say:
 
 - work (an op's own time, untraced time) lasts as long as it did, after the interval before it;
-- a wait ends as long after its waker's end as it did (a thread resumes µs after what it
-  waited for), and an issued event starts as long after its issuer's end as it did;
+- a wait ends as long after the last of what it waited for as it did (a thread resumes µs after
+  what woke it; a kernel starts µs after its launch or after the work of another stream it was
+  made to wait for), and an issued event starts no sooner than its issue;
 - a collective ends on every rank when its last rank has arrived, plus its transfer: its
   shortest duration across ranks;
 - a moment that waited for several things waits for the last of them, whichever that is once
   the work is re-timed.
 
-:func:`replay_step_times` re-times the run as it was: the difference from the measured step
-times (:func:`replay_error`) is what this model of the run misses; the per-rank jitter of a
-collective's end is the main part of it. :func:`what_if` re-times it with one rank's chosen work
-taking a fraction of its time (none, by default), and predicts the step times as measured less
-what the change saves in the replay.
+:func:`replay_step_times` re-times the run as it was, and :func:`replay_error` says how far that
+lands from the measured steps: a check of the model's *fit* to the run it came from, not of its
+predictions (each edge carries the delay it measured, so a run replays close to itself whatever
+the graph says; the per-rank jitter of a collective's end is most of what it misses).
+:func:`what_if` re-times the run with one rank's chosen work taking a fraction of its time (none,
+by default) and predicts the step times as measured less what the change saves in the replay.
+How right such predictions are is measured against runs made without the change
+(:func:`what_if_checks`), and by the answers worked out by hand in ``tests/test_known_answers.py``.
 
 What the replay cannot know: work that would run faster or slower once the rest changes (two
 ranks sharing a core free it for each other; a GPU kernel that no longer overlaps runs faster),
@@ -26,6 +30,8 @@ the same way, with GPU-specific rules, and reports 3.3 % replay error on average
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -33,7 +39,7 @@ from ...traces.kinds import name_matches
 from .graph import replayed_times
 from .lanes import Lanes, lane_intervals
 
-__all__ = ["replay_step_times", "replay_error", "what_if", "replayed_intervals"]
+__all__ = ["replay_step_times", "replay_error", "what_if", "replayed_intervals", "what_if_checks"]
 
 
 def replayed_intervals(
@@ -44,7 +50,8 @@ def replayed_intervals(
     own time multiplied by ``shrink`` (one factor per interval; 1 keeps it, 0 removes it: a
     removed wait ends as it begins)."""
     value = replayed_times(lanes.graph, shrink)
-    return value[0::2], value[1::2]
+    n = lanes.graph.intervals
+    return value[: 2 * n : 2], value[1 : 2 * n : 2]
 
 
 def _step_durations(lanes: Lanes, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
@@ -196,3 +203,18 @@ def _changed_intervals(lanes: Lanes, events: pd.DataFrame, mine: pd.DataFrame) -
     labels = work.index[launched]
     changed |= np.isin(iv["event"].to_numpy(), labels) & lanes.lanes["gpu"].to_numpy()[lane_of]
     return changed, int(len(labels))
+
+
+#: The what-if's predictions checked against runs made without the change (what_if_checks).
+CHECKS = Path(__file__).with_name("what_if_checks.csv")
+
+
+def what_if_checks() -> pd.DataFrame:
+    """How right :func:`what_if` has been: its predictions checked against runs made without
+    the change, as the series' benchmarks measured them (``benchmarks/what_if_cases.py`` and
+    ``pipeline_cases.py``, ``make benchmark``), one row per case: ``case``, ``benchmark``,
+    ``what_if_ms`` (the median step predicted), ``measured_ms`` (the median step of the run
+    without the change), ``error_pct``, ``runs`` (of each, medians taken) and ``measured_on``.
+    This, not the replay error (how well the model reproduces the run it came from), says how
+    far to trust a prediction."""
+    return pd.read_csv(CHECKS)

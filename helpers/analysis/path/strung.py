@@ -27,7 +27,7 @@ from .builders import LanesAndEvents, receive_edges, transfer_edges
 from .by_rank import RankAsked
 from .dependencies import BEGIN, COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, WORK
 from .graph import Graph
-from .lanes import Lanes, RunSays
+from .lanes import Lanes
 from .wakers import IntervalArrays
 from .walk import step_windows, summary_table
 
@@ -37,12 +37,12 @@ __all__ = ["PortGraph", "ports_graph", "path_summary_of_parts"]
 @dataclass
 class PortGraph:
     """The ranks' ports and the graph across ranks: ``ports`` (the ports that are intervals of
-    the graph, one per row, in the graph's order), ``graph`` (:class:`.graph.Graph`), and what
-    the whole run says of each rank (``says``: rank -> :class:`.lanes.RunSays`)."""
+    the graph: the collectives matched on every rank, the sends' and receives' waits that are
+    paired, and their ops; one per row, in the graph's order) and ``graph``
+    (:class:`.graph.Graph`)."""
 
     ports: pd.DataFrame
     graph: Graph
-    says: dict[int, RunSays]
 
     def row_of(self, rank: int, port: str, label: int) -> int:
         """The interval of the port of ``rank`` of kind ``port`` whose event is ``label``."""
@@ -81,14 +81,7 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
     run = LanesAndEvents(lanes, ops, IntervalArrays.of(intervals), None, None)
     own = np.where(table["port"].to_numpy() == "collective", BEGIN.code, WORK.code).astype(np.int8)
     graph = Graph.of([*transfer_edges(run), *receive_edges(run)], intervals, own)
-    says = {
-        int(r): RunSays(
-            collectives=coll.loc[coll["rank"] == r, "label"].to_numpy(),
-            records=records.loc[records["rank"] == r, "label"].to_numpy(),
-        )
-        for r in ports["rank"].unique()
-    }
-    return PortGraph(table.reset_index(drop=True), graph, says)
+    return PortGraph(table.reset_index(drop=True), graph)
 
 
 def _event_labels(table: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
@@ -139,34 +132,17 @@ def path_summary_of_parts(
     windows = [w for w in step_windows(steps) if w[0] not in leave_out]
     bounds = np.unique([b for _, lo, hi in windows for b in (lo, hi)])
     graph = ports_graph(ports, collectives)
-    asked: dict[int, RankAsked] = {}
-    for _ in range(2):  # once as kept; once more with the ranks asked again, if any
-        stringer = _Stringer(chains, graph)
-        totals = {}
-        ends = steps.groupby(["step", "rank"])["end_us"].max()
+    ends = steps.groupby(["step", "rank"])["end_us"].max()
+    for asked_again in (False, True):  # as kept; then with the ranks cut inexactly made again
+        stringer = _Stringer(chains, ports, graph)
+        totals: dict[tuple, dict[int, float]] = {}
         for step, lo, hi in windows:
             stringer.string(totals, step, int(ends.loc[step].idxmax()), lo, hi)
-        wanted = _asked_again(stringer.inexact, graph, ports, bounds, asked)
-        if not wanted or again is None:
+        if asked_again or not stringer.inexact or again is None:
             break
+        wanted = {r: RankAsked(np.unique(np.r_[bounds, sorted(m)])) for r, m in stringer.inexact.items()}  # fmt: skip
         chains, ports = _replaced(chains, ports, wanted, again)
-        graph = ports_graph(ports, collectives)
     return _table(totals)
-
-
-def _asked_again(inexact: dict[int, set], graph: PortGraph, ports: pd.DataFrame, bounds, asked: dict) -> dict:  # fmt: skip
-    """The ranks to ask again, with what: those whose pieces the walk cut inexactly (cut at the
-    steps' bounds and the moments it entered them), and those whose collectives or records the
-    run does not match as a rank read alone takes them (all of them)."""
-    wanted = {}
-    for rank, says in graph.says.items():
-        mine = ports[ports["rank"] == rank]
-        alone = RunSays(mine.loc[mine["port"] == "collective", "label"].to_numpy(), mine.loc[mine["port"] == "record", "label"].to_numpy())  # fmt: skip
-        differs = len(alone.collectives) != len(says.collectives) or len(alone.records) != len(says.records)  # fmt: skip
-        if (differs or rank in inexact) and rank not in asked:
-            cuts = np.unique(np.r_[bounds, sorted(inexact.get(rank, ()))])
-            wanted[rank] = asked[rank] = RankAsked(says, cuts)
-    return wanted
 
 
 def _replaced(chains, ports, wanted: dict[int, RankAsked], again) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
@@ -183,8 +159,10 @@ def _replaced(chains, ports, wanted: dict[int, RankAsked], again) -> tuple[pd.Da
 class _Stringer:
     """The walk of the whole run's path over every rank's pieces and the graph across ranks."""
 
-    def __init__(self, chains: pd.DataFrame, graph: PortGraph):
+    def __init__(self, chains: pd.DataFrame, ports: pd.DataFrame, graph: PortGraph):
         self.graph = graph
+        #: every port's interval (those not joined across ranks too): its start, kind and name
+        self.port = {(r, p, lb): (s, k, n) for r, p, lb, s, k, n in zip(*(ports[c].tolist() for c in ("rank", "port", "label", "start_us", "kind", "name")))}  # fmt: skip
         ids = [chains[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
         order = np.lexsort(ids[::-1])
         ids = [i[order] for i in ids]
@@ -203,8 +181,8 @@ class _Stringer:
         self.walk_at = {}
         for r, w, o, st, k, i, lb in zip(*(starts[c].tolist() for c in ("rank", "walk", "origin", "step", "key", "index", "label"))):  # fmt: skip
             self.walk_at[(r, o, st if o == "end" else (k, i) if o == "arrival" else lb)] = w
-        self.key_label = {(r, k, i): lb for r, k, i, lb in zip(graph.ports["rank"], graph.ports["key"], graph.ports["index"], graph.ports["label"]) if k != ""}  # fmt: skip
-        self.names_of = dict(zip(zip(graph.ports["rank"], graph.ports["label"]), graph.ports["name"]))  # fmt: skip
+        self.key_label = {(r, k, i): lb for r, k, i, lb in zip(ports["rank"], ports["key"], ports["index"], ports["label"]) if k != ""}  # fmt: skip
+        self.label_key = {(r, lb): (k, i) for (r, k, i), lb in self.key_label.items()}
         self.inexact: dict[int, set] = {}
 
     def string(self, totals: dict, step: int, rank: int, lo: float, hi: float) -> None:
@@ -259,17 +237,17 @@ class _Stringer:
         reached at ``t``: the graph's binding edge there, as the whole run's walk takes it."""
         graph = self.graph
         row = graph.row_of(rank, *port)
-        if row < 0:  # not joined across ranks as the rank's part took it: asked again
-            self.inexact.setdefault(rank, set())
-            return (rank, -1, -1), t
-        edge = graph.graph.binding[2 * row + 1]
-        dependency = DEPENDENCIES[graph.graph.dependency[edge]]
-        source = int(graph.graph.source[edge])
-        name = self.names_of.get((rank, port[1]), port[0])
-        if dependency.own_time:  # a wait that began once its data was there: its own time
-            start = float(graph.ports["start_us"].iat[row])
-            _add(totals, (rank, graph.ports["kind"].iat[row], name), step, t - max(start, lo))
-            return (rank, self.walk_at.get((rank, "wait", port[1]), -1), 0), start
+        start, kind, name = self.port[(rank, *port)]
+        edge = graph.graph.binding[2 * row + 1] if row >= 0 else -1
+        if edge < 0 or DEPENDENCIES[graph.graph.dependency[edge]].own_time:
+            # a collective not matched on every rank, a wait not paired or one that began once
+            # its data was there: its own time, then on from its start
+            _add(totals, (rank, kind, name), step, t - max(start, lo))
+            origin = "arrival" if port[0] == "collective" else "wait"
+            what = self._key_of(rank, port[1]) if port[0] == "collective" else port[1]
+            walk = self.walk_at.get((rank, origin, what), -1)
+            return (rank, walk, self._begin_at(rank, walk, start)), start
+        source = int(graph.graph.behind(graph.graph.source[[edge]])[0])
         there = t if graph.graph.during[edge] else float(graph.graph.time[source])
         begin = min(there, t)
         j = source // 2
@@ -280,6 +258,10 @@ class _Stringer:
         what = (graph.ports["key"].iat[j], int(graph.ports["index"].iat[j])) if kind == "collective" else label  # fmt: skip
         walk = self.walk_at.get((other, origin, what), -1)
         return (other, walk, self._begin_at(other, walk, begin)), begin
+
+    def _key_of(self, rank: int, label: int) -> tuple[str, int]:
+        """The ``(key, index)`` of the collective ``label`` of ``rank``."""
+        return self.label_key[(rank, label)]
 
     def _begin_at(self, rank: int, walk: int, t: float) -> int:
         """The piece of ``walk`` of ``rank`` that holds the moment just before ``t``."""

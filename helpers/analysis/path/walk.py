@@ -166,18 +166,19 @@ class PathWalker:
         self.past = np.searchsorted(lane_ids, np.arange(len(lanes.lanes)), side="right").tolist()
         self.starts, self.ends = iv["start_us"].tolist(), iv["end_us"].tolist()
         self.label, self.rank = iv["event"].tolist(), iv["rank"].tolist()
-        binding = graph.binding[1::2]  # each interval's end: the edge that decided it
+        n = graph.intervals
+        binding = graph.binding[1 : 2 * n : 2]  # each interval's end: the edge that decided it
         dependency = graph.dependency[binding]
         self.dependency = dependency.tolist()
         #: the same as arrays, for the walks that read many rows at once
         self.arrays = {"start": iv["start_us"].to_numpy(), "label": iv["event"].to_numpy()}
         self.arrays["dependency"] = dependency
-        source = graph.source[binding]  # the node it waited for
+        source = graph.behind(graph.source[binding])  # the node it waited for (a last arrival)
         # when that node happened; where it is the start of a call still under way when the
         # interval ended (an issue inside the call, a copy that began before its call
         # returned), the path goes on in that call at the interval's end
         under_way = graph.during[binding]
-        self.source_time = np.where(under_way, graph.time[1::2], graph.time[source]).tolist()
+        self.source_time = np.where(under_way, graph.time[1 : 2 * n : 2], graph.time[source]).tolist()  # fmt: skip
         self.source = (source // 2).tolist()  # the interval of that node
         self.inferred = graph.inferred[binding].tolist()
         self.lane_of = lane_ids.tolist()
