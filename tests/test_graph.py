@@ -262,6 +262,15 @@ BUILDERS = {
         ("sync", "thread 1"),
         {("r0 Memcpy DtoH (Device -> Pageable).end", "r0 cudaMemcpy.end", 5)},
     ),
+    "stream wait: a sync record naming only the CUDA event's id, matched by the record call": (
+        [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER), record(12, 2),
+         call("cudaStreamWaitEvent", 20, 5, 3),
+         gpu_sync("Stream Wait Event", 20, 3, stream=STREAM, wait_on_stream=-1,
+                  wait_on_cuda_event_record_corr_id=-1, wait_on_cuda_event_id=19),
+         launch(30, 10, 4), kernel("relu", 525, 100, 4), call("cudaDeviceSynchronize", 45, 585, 9)],  # fmt: skip
+        ("stream wait", "GPU 0 stream 7"),
+        {("r0 gemm.end", "r0 gap.end", 5)},
+    ),
     "stream wait: matched by the record call before it where the trace has no sync events": (
         [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER), record(12, 2),
          call("cudaStreamWaitEvent", 20, 5, 3), launch(30, 10, 4), kernel("relu", 525, 100, 4),
