@@ -72,8 +72,7 @@ class GpuWork:
         (the runtime calls of the rank, with ``lane_id``)."""
         work = launched_on_a_gpu(ev)
         work = work[(work["rank"] == rank).to_numpy()].sort_values("launch_us", kind="stable")
-        row_of = _last_rows(arrays)
-        rows = np.array([row_of.get(e, -1) for e in work.index.tolist()], dtype=np.int64)
+        rows = _last_rows(arrays, work.index.to_numpy(np.int64))
         lane_of = dict(zip(calls["start_us"].tolist(), calls["lane_id"].tolist()))
         lanes = np.array([lane_of.get(t, -1) for t in work["launch_us"].tolist()], dtype=np.int64)
         kept = rows >= 0
@@ -101,9 +100,14 @@ class GpuWork:
         return int(mine[0]) if len(mine) else -1
 
 
-def _last_rows(arrays: IntervalArrays) -> dict[int, int]:
-    """Each event's last interval row."""
-    return dict(zip(arrays.event.tolist(), range(len(arrays.event))))
+def _last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
+    """The last interval row of each of ``events`` (labels); -1 for an event without one."""
+    at = np.flatnonzero(np.isin(arrays.event, events))[::-1]  # read backwards: the last first
+    labels, first = np.unique(arrays.event[at], return_index=True)
+    if not len(labels):
+        return np.full(len(events), -1, dtype=np.int64)
+    where = np.minimum(np.searchsorted(labels, events), len(labels) - 1)
+    return np.where(labels[where] == events, at[first][where], -1).astype(np.int64)
 
 
 def _calls(run, pattern: str | None = None) -> pd.DataFrame:
@@ -112,8 +116,7 @@ def _calls(run, pattern: str | None = None) -> pd.DataFrame:
     calls = ev[(ev["kind"] == "cuda runtime").to_numpy()]
     if pattern is not None:
         calls = calls[name_matches(calls, pattern)]
-    row_of = _last_rows(run.arrays)
-    rows = np.array([row_of.get(e, -1) for e in calls.index.tolist()], dtype=np.int64)
+    rows = _last_rows(run.arrays, calls.index.to_numpy(np.int64))
     calls = calls[rows >= 0].assign(row=rows[rows >= 0])
     return calls.assign(lane_id=run.arrays.lane[calls["row"].to_numpy()])
 

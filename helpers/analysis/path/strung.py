@@ -46,10 +46,15 @@ class PortGraph:
 
     def row_of(self, rank: int, port: str, label: int) -> int:
         """The interval of the port of ``rank`` of kind ``port`` whose event is ``label``."""
-        return self._rows.get((rank, port, label), -1)
+        if rank not in self._rows:  # the ranks the walk reaches
+            mine = self._of_rank.get(rank, np.zeros(0, dtype=np.int64))
+            kinds, labels = (self.ports[c].to_numpy()[mine].tolist() for c in ("port", "label"))
+            self._rows[rank] = dict(zip(zip(kinds, labels), mine.tolist()))
+        return self._rows[rank].get((port, label), -1)
 
     def __post_init__(self) -> None:
-        self._rows = {k: i for i, k in enumerate(zip(self.ports["rank"], self.ports["port"], self.ports["label"]))}  # fmt: skip
+        self._of_rank = self.ports.groupby("rank", sort=False).indices
+        self._rows: dict[int, dict[tuple, int]] = {}
 
 
 def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
@@ -62,10 +67,8 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
         matched = collectives_with_waits(collectives, None) if collectives["rank"].nunique() > 1 else collectives.iloc[:0]  # fmt: skip
         ops = ports[ports["port"].isin(["send op", "recv op", "record"])].reset_index(drop=True)
         pairs = sends_and_receives(ops.assign(rank=ops["rank"].astype(int)))
-    on_every = set(zip(*(matched[c].tolist() for c in ("rank", "key", "index")))) if len(matched) else set()  # fmt: skip
     coll = ports[ports["port"] == "collective"]
-    kept = [(int(r), str(k), int(i)) in on_every for r, k, i in zip(coll["rank"], coll["key"], coll["index"])]  # fmt: skip
-    coll = coll[np.array(kept, dtype=bool)]
+    coll = coll[_instances(coll).isin(_instances(matched))] if len(matched) else coll.iloc[:0]
     paired = np.concatenate([pairs["receive_record"].to_numpy(), pairs["send_record"].to_numpy()])
     records = ops.loc[ops.index.isin(paired)]
     waits = ports[ports["port"] == "wait"].merge(records[["rank", "label"]], on=["rank", "label"])
@@ -84,13 +87,19 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
     return PortGraph(table.reset_index(drop=True), graph)
 
 
+def _instances(frame: pd.DataFrame) -> pd.MultiIndex:
+    """Each collective's ``(rank, key, index)`` in ``frame``."""
+    return pd.MultiIndex.from_arrays([frame["rank"].to_numpy(np.int64), frame["key"].astype(str).to_numpy(), frame["index"].to_numpy(np.int64)])  # fmt: skip
+
+
 def _event_labels(table: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Each port interval's event, as the pairs name them (the rows of ``ops``: a wait is its
     record's, an op its own), or a label of its own past them (a collective)."""
-    label_of = {(int(r), int(lb)): i for i, (r, lb) in enumerate(zip(ops["rank"], ops["label"]))}
-    fresh = iter(range(len(ops), len(ops) + len(table)))
-    return np.array([label_of.get((int(r), int(lb)), -1) if p != "collective" else next(fresh)
-                     for r, lb, p in zip(table["rank"], table["label"], table["port"])], dtype=np.int64)  # fmt: skip
+    of = pd.MultiIndex.from_arrays([ops[c].to_numpy(np.int64) for c in ("rank", "label")])
+    at = of.get_indexer(pd.MultiIndex.from_arrays([table[c].to_numpy(np.int64) for c in ("rank", "label")]))  # fmt: skip
+    collective = table["port"].to_numpy() == "collective"
+    at[collective] = len(ops) + np.arange(collective.sum())
+    return at.astype(np.int64)
 
 
 def _link(lanes: Lanes, table: pd.DataFrame) -> None:
@@ -98,10 +107,14 @@ def _link(lanes: Lanes, table: pd.DataFrame) -> None:
     the order of the ranks) and its transfer (the shortest time it held a rank from its
     arrival), as :mod:`.lanes` links them for the whole run."""
     coll = table[table["port"] == "collective"].sort_values("rank", kind="stable")
-    for number, (_, rows) in enumerate(coll.groupby(["key", "index"], sort=False)):
-        lanes.arrivals[number] = rows.index.tolist()
-        lanes.transfer_us[number] = float(rows["held_us"].min())
-        lanes.instance.update(dict.fromkeys(rows.index.tolist(), number))
+    numbers = coll.groupby(["key", "index"], sort=False, observed=True).ngroup().to_numpy()
+    rows = coll.index.to_numpy()
+    lanes.instance.update(zip(rows.tolist(), numbers.tolist()))
+    order = np.argsort(numbers, kind="stable")
+    for number, row in zip(numbers[order].tolist(), rows[order].tolist()):
+        lanes.arrivals.setdefault(number, []).append(row)
+    shortest = coll["held_us"].groupby(numbers).min()
+    lanes.transfer_us.update(zip(shortest.index.tolist(), shortest.astype(float).tolist()))
 
 
 def path_summary_of_parts(
@@ -131,77 +144,91 @@ def path_summary_of_parts(
         return _table(totals)
     windows = [w for w in step_windows(steps) if w[0] not in leave_out]
     bounds = np.unique([b for _, lo, hi in windows for b in (lo, hi)])
-    graph = ports_graph(ports, collectives)
     ends = steps.groupby(["step", "rank"])["end_us"].max()
+    stringer = _Stringer(chains, ports, ports_graph(ports, collectives))
     for asked_again in (False, True):  # as kept; then with the ranks cut inexactly made again
-        stringer = _Stringer(chains, ports, graph)
-        totals: dict[tuple, dict[int, float]] = {}
+        totals = {}
         for step, lo, hi in windows:
             stringer.string(totals, step, int(ends.loc[step].idxmax()), lo, hi)
         if asked_again or not stringer.inexact or again is None:
             break
-        wanted = {r: RankAsked(np.unique(np.r_[bounds, sorted(m)])) for r, m in stringer.inexact.items()}  # fmt: skip
-        chains, ports = _replaced(chains, ports, wanted, again)
+        for rank, moments in stringer.inexact.items():
+            asked = RankAsked(np.unique(np.r_[bounds, sorted(moments)]))
+            stringer.replace(rank, *again(rank, asked))
+        stringer.inexact = {}
     return _table(totals)
 
 
-def _replaced(chains, ports, wanted: dict[int, RankAsked], again) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
-    """``chains`` and ``ports`` with the ranks of ``wanted`` made again as asked."""
-    from .by_rank import concat_chains
+class _RankPieces:
+    """One rank's pieces and ports, as the walk looks them up."""
 
-    parts = {rank: again(rank, how) for rank, how in wanted.items()}
-    kept = ~chains["rank"].isin(list(parts))
-    chains = concat_chains([chains[kept], *[c for c, _ in parts.values()]])
-    ports = pd.concat([ports[~ports["rank"].isin(list(parts))], *[p for _, p in parts.values()]], ignore_index=True)  # fmt: skip
-    return chains, ports
-
-
-class _Stringer:
-    """The walk of the whole run's path over every rank's pieces and the graph across ranks."""
-
-    def __init__(self, chains: pd.DataFrame, ports: pd.DataFrame, graph: PortGraph):
-        self.graph = graph
-        #: every port's interval (those not joined across ranks too): its start, kind and name
-        self.port = {(r, p, lb): (s, k, n) for r, p, lb, s, k, n in zip(*(ports[c].tolist() for c in ("rank", "port", "label", "start_us", "kind", "name")))}  # fmt: skip
-        ids = [chains[c].to_numpy(np.int64) for c in ("rank", "walk", "begin")]
+    def __init__(self, chains: pd.DataFrame, ports: pd.DataFrame):
+        ids = [chains[c].to_numpy(np.int64) for c in ("walk", "begin")]
         order = np.lexsort(ids[::-1])
         ids = [i[order] for i in ids]
         first = np.flatnonzero(np.r_[True, (np.diff(np.stack(ids), axis=1) != 0).any(axis=0)])
+        #: each piece's rows (``bounds[g]`` to ``bounds[g + 1]``) and its number by (walk, begin)
         self.bounds = np.r_[first, len(order)]
         self.piece_of = {c: g for g, c in enumerate(zip(*(i[first].tolist() for i in ids)))}
         heads = chains.iloc[order[first]]
         self.head = {c: heads[c].tolist() for c in ("start_us", "stop_us", "to_walk", "to_begin", "to_key", "to_index", "to_label", "first_us", "last_us")}  # fmt: skip
-        text = {c: chains[c].astype("category") for c in ("kind", "name")}
-        self.kind, self.name = (text[c].cat.codes.to_numpy()[order] for c in ("kind", "name"))
-        self.kinds, self.names = (text[c].cat.categories.to_numpy() for c in ("kind", "name"))
+        self.kind, self.name = (chains[c].astype(str).to_numpy()[order] for c in ("kind", "name"))
         self.us = chains["us"].to_numpy(float)[order]
         self.first = chains["first"].to_numpy(bool)[order]
         self.last = chains["last"].to_numpy(bool)[order]
+        #: the walk from each port: (``end``, step), (``arrival``, (key, index)), (origin, label)
         starts = heads[heads["begin"].to_numpy() == 0]
         self.walk_at = {}
-        for r, w, o, st, k, i, lb in zip(*(starts[c].tolist() for c in ("rank", "walk", "origin", "step", "key", "index", "label"))):  # fmt: skip
-            self.walk_at[(r, o, st if o == "end" else (k, i) if o == "arrival" else lb)] = w
-        self.key_label = {(r, k, i): lb for r, k, i, lb in zip(ports["rank"], ports["key"], ports["index"], ports["label"]) if k != ""}  # fmt: skip
-        self.label_key = {(r, lb): (k, i) for (r, k, i), lb in self.key_label.items()}
+        for w, o, st, k, i, lb in zip(*(starts[c].tolist() for c in ("walk", "origin", "step", "key", "index", "label"))):  # fmt: skip
+            self.walk_at[(o, st if o == "end" else (k, i) if o == "arrival" else lb)] = w
+        #: every port's interval (those not joined across ranks too): its start, kind and name
+        self.port = {(p, lb): (s, k, n) for p, lb, s, k, n in zip(*(ports[c].tolist() for c in ("port", "label", "start_us", "kind", "name")))}  # fmt: skip
+        self.label_of = {(k, i): lb for k, i, lb in zip(*(ports[c].tolist() for c in ("key", "index", "label"))) if k != ""}  # fmt: skip
+        self.key_of = {lb: ki for ki, lb in self.label_of.items()}
+
+
+class _Stringer:
+    """The walk of the whole run's path over every rank's pieces and the graph across ranks;
+    a rank's pieces are looked up only once the walk reaches the rank."""
+
+    def __init__(self, chains: pd.DataFrame, ports: pd.DataFrame, graph: PortGraph):
+        self.graph = graph
+        self.chains, self.ports = chains, ports
+        self.rows = {c: f.groupby("rank", sort=False).indices for c, f in (("chains", chains), ("ports", ports))}  # fmt: skip
+        self.pieces: dict[int, _RankPieces] = {}
         self.inexact: dict[int, set] = {}
+
+    def replace(self, rank: int, chains: pd.DataFrame, ports: pd.DataFrame) -> None:
+        """Take ``rank``'s part as ``chains`` and ``ports`` from now on."""
+        self.pieces[rank] = _RankPieces(chains, ports)
+
+    def of(self, rank: int) -> _RankPieces:
+        """``rank``'s pieces and ports."""
+        if rank not in self.pieces:
+            none = np.zeros(0, dtype=np.int64)
+            rows = {c: self.rows[c].get(rank, none) for c in ("chains", "ports")}
+            self.pieces[rank] = _RankPieces(self.chains.iloc[rows["chains"]], self.ports.iloc[rows["ports"]])  # fmt: skip
+        return self.pieces[rank]
 
     def string(self, totals: dict, step: int, rank: int, lo: float, hi: float) -> None:
         """Add ``step``'s path, from its end ``hi`` on ``rank`` back to ``lo``, to ``totals``."""
-        at, t, seen = (rank, self.walk_at.get((rank, "end", step), -1), 0), hi, set()
+        at, t, seen = (rank, self.of(rank).walk_at.get(("end", step), -1), 0), hi, set()
         while t > lo and at not in seen:
             seen.add(at)
             rank = at[0]
-            if at not in self.piece_of:  # the rank's trace has nothing here: untraced time
+            pieces = self.of(rank)
+            if at[1:] not in pieces.piece_of:  # the rank's trace has nothing here: untraced time
                 break
-            g = self.piece_of[at]
+            g = pieces.piece_of[at[1:]]
             t = self._add(totals, step, rank, g, t, lo)
             if t <= lo:
                 return
-            head = {c: v[g] for c, v in self.head.items()}
+            head = {c: v[g] for c, v in pieces.head.items()}
             if head["to_walk"] >= 0:
                 at = (rank, head["to_walk"], head["to_begin"])
             elif head["to_key"] != "":
-                at, t = self._across(totals, step, rank, ("collective", self.key_label.get((rank, head["to_key"], head["to_index"]), -1)), t, lo)  # fmt: skip
+                label = pieces.label_of.get((head["to_key"], head["to_index"]), -1)
+                at, t = self._across(totals, step, rank, ("collective", label), t, lo)
             elif head["to_label"] >= 0:
                 at, t = self._across(totals, step, rank, ("wait", head["to_label"]), t, lo)
             else:
@@ -210,42 +237,39 @@ class _Stringer:
             _add(totals, (rank, UNTRACED.segment_kind, UNTRACED_NAME), step, t - lo)
 
     def _add(self, totals: dict, step: int, rank: int, g: int, t: float, lo: float) -> float:
-        """Add piece ``g``'s time within ``(lo, t]``; return where it stops (or ``lo``)."""
-        start, stop = self.head["start_us"][g], self.head["stop_us"][g]
+        """Add piece ``g`` of ``rank``'s time within ``(lo, t]``; return where it stops (or ``lo``)."""
+        pieces = self.pieces[rank]
+        start, stop = pieces.head["start_us"][g], pieces.head["stop_us"][g]
         if min(t, start) <= max(stop, lo):  # none of it within (lo, t]: the walk enters below
             return max(min(t, stop), lo)
         top, bottom = max(start - t, 0.0), max(lo - stop, 0.0)
         span = start - stop
-        rows = range(self.bounds[g], self.bounds[g + 1])
-        cut = {}
-        exact = (top == 0 or top <= self.head["first_us"][g]) and (bottom == 0 or bottom <= self.head["last_us"][g])  # fmt: skip
+        exact = (top == 0 or top <= pieces.head["first_us"][g]) and (bottom == 0 or bottom <= pieces.head["last_us"][g])  # fmt: skip
         if (top or bottom) and not exact:
             self.inexact.setdefault(rank, set()).update(m for m in (t, lo) if stop < m < start)
-        for at in rows:
-            us = self.us[at]
+        for at in range(pieces.bounds[g], pieces.bounds[g + 1]):
+            us = pieces.us[at]
             if exact:
-                us -= (top if self.first[at] else 0.0) + (bottom if self.last[at] else 0.0)
+                us -= (top if pieces.first[at] else 0.0) + (bottom if pieces.last[at] else 0.0)
             elif span > 0:
                 us *= max(min(t, start) - max(stop, lo), 0.0) / span
-            cut[at] = us
-        for at, us in cut.items():
-            _add(totals, (rank, self.kinds[self.kind[at]], self.names[self.name[at]]), step, us)
+            _add(totals, (rank, pieces.kind[at], pieces.name[at]), step, us)
         return max(min(t, stop), lo)
 
     def _across(self, totals: dict, step: int, rank: int, port: tuple, t: float, lo: float) -> tuple[tuple, float]:  # fmt: skip
         """Where the path goes on from the port ``(kind, label)`` of ``rank`` that its walk
         reached at ``t``: the graph's binding edge there, as the whole run's walk takes it."""
-        graph = self.graph
+        graph, pieces = self.graph, self.pieces[rank]
         row = graph.row_of(rank, *port)
-        start, kind, name = self.port[(rank, *port)]
+        start, kind, name = pieces.port[port]
         edge = graph.graph.binding[2 * row + 1] if row >= 0 else -1
         if edge < 0 or DEPENDENCIES[graph.graph.dependency[edge]].own_time:
             # a collective not matched on every rank, a wait not paired or one that began once
             # its data was there: its own time, then on from its start
             _add(totals, (rank, kind, name), step, t - max(start, lo))
             origin = "arrival" if port[0] == "collective" else "wait"
-            what = self._key_of(rank, port[1]) if port[0] == "collective" else port[1]
-            walk = self.walk_at.get((rank, origin, what), -1)
+            what = pieces.key_of[port[1]] if port[0] == "collective" else port[1]
+            walk = pieces.walk_at.get((origin, what), -1)
             return (rank, walk, self._begin_at(rank, walk, start)), start
         source = int(graph.graph.behind(graph.graph.source[[edge]])[0])
         there = t if graph.graph.during[edge] else float(graph.graph.time[source])
@@ -256,17 +280,13 @@ class _Stringer:
         kind, label = graph.ports["port"].iat[j], int(graph.ports["label"].iat[j])
         origin = {"collective": "arrival", "send op": "issue", "recv op": "post"}[kind]
         what = (graph.ports["key"].iat[j], int(graph.ports["index"].iat[j])) if kind == "collective" else label  # fmt: skip
-        walk = self.walk_at.get((other, origin, what), -1)
+        walk = self.of(other).walk_at.get((origin, what), -1)
         return (other, walk, self._begin_at(other, walk, begin)), begin
-
-    def _key_of(self, rank: int, label: int) -> tuple[str, int]:
-        """The ``(key, index)`` of the collective ``label`` of ``rank``."""
-        return self.label_key[(rank, label)]
 
     def _begin_at(self, rank: int, walk: int, t: float) -> int:
         """The piece of ``walk`` of ``rank`` that holds the moment just before ``t``."""
-        begin = 0
-        while (rank, walk, begin + 1) in self.piece_of and self.head["stop_us"][self.piece_of[(rank, walk, begin)]] >= t:  # fmt: skip
+        pieces, begin = self.of(rank), 0
+        while (walk, begin + 1) in pieces.piece_of and pieces.head["stop_us"][pieces.piece_of[(walk, begin)]] >= t:  # fmt: skip
             begin += 1
         return begin
 
