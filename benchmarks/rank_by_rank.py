@@ -43,7 +43,7 @@ if how in ("first", "first without the path", "again"):
     kept = int(sum(f.memory_usage(deep=True).sum() for f in (summary.steps, summary.collectives)))
     straggler = summary.find_straggler()
     held = None
-    if not summary.chains.empty:  # the critical path, strung from each rank's chains
+    if summary.pieces:  # the critical path, strung from each rank's chains
         top = summary.path_summary().iloc[0]
         held = f"rank {top['rank']}'s {top['kind']}, {top['ms_per_step']:.1f} ms per step"
 else:

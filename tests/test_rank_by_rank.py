@@ -214,7 +214,7 @@ def test_a_pass_without_the_path_keeps_no_chains_and_the_same_tables(tmp_path):
     folder = _replayed("ddp", tmp_path)
     fast = summarise_run(folder, workers=1, progress=False, cache=False, critical=False)
     full = summarise_run(folder, workers=1, progress=False, cache=False)
-    assert fast.chains.empty and fast.path_summary().empty and not full.chains.empty
+    assert not fast.pieces and fast.path_summary().empty and full.pieces
     pd.testing.assert_frame_equal(fast.step_times(), full.step_times())
     pd.testing.assert_frame_equal(fast.waiting_per_step(), full.waiting_per_step())
 
@@ -222,7 +222,7 @@ def test_a_pass_without_the_path_keeps_no_chains_and_the_same_tables(tmp_path):
 def test_a_cached_pass_without_the_path_is_followed_by_one_that_finds_it(tmp_path):
     folder = _replayed("ddp", tmp_path)
     summarise_run(folder, workers=1, progress=False, critical=False)
-    assert not summarise_run(folder, workers=1, progress=False).chains.empty
+    assert summarise_run(folder, workers=1, progress=False).pieces
 
 
 def _runs_with_steps() -> list:

@@ -62,21 +62,27 @@ __all__ = [
 class RunSummary:
     """What :func:`summarise_run` kept of a run: ``steps`` and ``collectives`` (those events of
     every rank, with every column of the loader), ``kind_ms`` (time per kind, one row per rank),
-    ``chains`` and ``ports`` (each rank's part of the critical path,
-    :func:`helpers.analysis.path.by_rank.rank_part`), the ``files`` read and their ``bytes``,
+    ``pieces`` and ``ports`` (each rank's part of the critical path,
+    :func:`helpers.analysis.path.by_rank.rank_part`: its pieces by rank, every rank's ports in
+    one table), the ``files`` read and their ``bytes``,
     each file's ``headers`` (as :func:`helpers.load_run` gives them), and how to read a rank
     again (``cache``, and the ``given`` rank of each file, where the caller gave one)."""
 
     steps: pd.DataFrame
     collectives: pd.DataFrame
     kind_ms: pd.DataFrame
-    chains: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHAIN_COLUMNS))
+    pieces: dict[int, pd.DataFrame] = field(default_factory=dict)
     ports: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PORT_COLUMNS))
     files: list[Path] = field(default_factory=list)
     bytes: int = 0
     headers: list[TraceHeader] = field(default_factory=list)
     cache: bool = True
     given: dict[Path, int | None] = field(default_factory=dict)
+
+    @property
+    def chains(self) -> pd.DataFrame:
+        """Every rank's pieces in one table (:func:`helpers.analysis.path.by_rank.concat_chains`)."""
+        return concat_chains(list(self.pieces.values()))
 
     @property
     def ranks(self) -> list[int]:
@@ -108,7 +114,7 @@ class RunSummary:
         ``leave_out`` left out. A rank whose part the whole run takes otherwise than the rank
         read alone did is read once more (:meth:`part_again`), where its file is known."""
         again = self.part_again if self.headers else None
-        return path_summary_of_parts(self.chains, self.ports, self.steps, self.collectives, leave_out, again)  # fmt: skip
+        return path_summary_of_parts(self.pieces, self.ports, self.steps, self.collectives, leave_out, again)  # fmt: skip
 
     def part_again(self, rank: int, asked: RankAsked) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``rank``'s part of the path made again as ``asked``: its file read once more (from
@@ -242,11 +248,11 @@ def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunS
     steps = pd.concat([p[0] for p in parts], ignore_index=True)
     collectives = pd.concat([p[1] for p in parts], ignore_index=True)
     kinds = pd.concat([p[2] for p in parts]).fillna(0.0).sort_index()
-    chains = concat_chains([p[3] for p in parts if len(p) > 3])
+    pieces = {int(p[3]["rank"].iat[0]): p[3] for p in parts if len(p) > 3 and len(p[3])}
     ports = [p[4] for p in parts if len(p) > 4 and len(p[4])]
     ports = pd.concat(ports, ignore_index=True) if ports else pd.DataFrame(columns=PORT_COLUMNS)
     headers = [p[5] for p in parts if len(p) > 5]
     if headers:
         check_one_run(headers)
     size = sum(p.stat().st_size for p in files)
-    return RunSummary(steps, collectives, kinds, chains, ports, files, size, headers)
+    return RunSummary(steps, collectives, kinds, pieces, ports, files, size, headers)

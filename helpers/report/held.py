@@ -45,7 +45,7 @@ def held_section_of(
     """
     if summary is None:
         return held_section(events, lane_intervals(events, names=names), times, names, world)
-    if summary.chains.empty:
+    if not summary.pieces:  # read without the path
         return None
     return held_section_of_summary(summary, events, times, names, world)
 

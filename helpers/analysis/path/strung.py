@@ -15,7 +15,7 @@ is asked for its part again, cut at those moments (:func:`path_summary_of_parts`
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +24,7 @@ import pandas as pd
 from ..collectives import collectives_with_waits
 from ..point_to_point import sends_and_receives
 from .builders import LanesAndEvents, receive_edges, transfer_edges
-from .by_rank import RankAsked
+from .by_rank import CHAIN_COLUMNS, RankAsked
 from .dependencies import BEGIN, COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, WORK
 from .graph import Graph
 from .lanes import Lanes
@@ -32,6 +32,8 @@ from .wakers import IntervalArrays
 from .walk import step_windows, summary_table
 
 __all__ = ["PortGraph", "ports_graph", "path_summary_of_parts"]
+
+_NO_PIECES = pd.DataFrame({c: pd.Series(dtype="int64") for c in CHAIN_COLUMNS})
 
 
 @dataclass
@@ -118,7 +120,7 @@ def _link(lanes: Lanes, table: pd.DataFrame) -> None:
 
 
 def path_summary_of_parts(
-    chains: pd.DataFrame,
+    pieces: Mapping[int, pd.DataFrame],
     ports: pd.DataFrame,
     steps: pd.DataFrame,
     collectives: pd.DataFrame,
@@ -128,7 +130,7 @@ def path_summary_of_parts(
     """:func:`helpers.path_summary` by kind and name, from every rank's part of the path.
 
     Args:
-        chains: every rank's pieces (:func:`.by_rank.rank_part`).
+        pieces: each rank's pieces (:func:`.by_rank.rank_part`), by rank.
         ports: every rank's ports (:func:`.by_rank.rank_part`).
         steps: every rank's steps, as :func:`helpers.summarise_run` keeps them.
         collectives: every rank's collectives, as :func:`helpers.summarise_run` keeps them.
@@ -140,12 +142,12 @@ def path_summary_of_parts(
         ``rank, kind, name, ms, ms_per_step, share``, heaviest first.
     """
     totals: dict[tuple, dict[int, float]] = {}
-    if chains.empty:  # a pass that kept no path (``critical=False``)
+    if not pieces:  # a pass that kept no path (``critical=False``)
         return _table(totals)
     windows = [w for w in step_windows(steps) if w[0] not in leave_out]
     bounds = np.unique([b for _, lo, hi in windows for b in (lo, hi)])
     ends = steps.groupby(["step", "rank"])["end_us"].max()
-    stringer = _Stringer(chains, ports, ports_graph(ports, collectives))
+    stringer = _Stringer(pieces, ports, ports_graph(ports, collectives))
     for asked_again in (False, True):  # as kept; then with the ranks cut inexactly made again
         totals = {}
         for step, lo, hi in windows:
@@ -167,6 +169,7 @@ class _RankPieces:
         order = np.lexsort(ids[::-1])
         ids = [i[order] for i in ids]
         first = np.flatnonzero(np.r_[True, (np.diff(np.stack(ids), axis=1) != 0).any(axis=0)])
+        first = first[: len(order)]  # a rank of no pieces: none
         #: each piece's rows (``bounds[g]`` to ``bounds[g + 1]``) and its number by (walk, begin)
         self.bounds = np.r_[first, len(order)]
         self.piece_of = {c: g for g, c in enumerate(zip(*(i[first].tolist() for i in ids)))}
@@ -191,10 +194,9 @@ class _Stringer:
     """The walk of the whole run's path over every rank's pieces and the graph across ranks;
     a rank's pieces are looked up only once the walk reaches the rank."""
 
-    def __init__(self, chains: pd.DataFrame, ports: pd.DataFrame, graph: PortGraph):
-        self.graph = graph
-        self.chains, self.ports = chains, ports
-        self.rows = {c: f.groupby("rank", sort=False).indices for c, f in (("chains", chains), ("ports", ports))}  # fmt: skip
+    def __init__(self, pieces: Mapping[int, pd.DataFrame], ports: pd.DataFrame, graph: PortGraph):  # fmt: skip
+        self.graph, self.given, self.ports = graph, pieces, ports
+        self.port_rows = ports.groupby("rank", sort=False).indices
         self.pieces: dict[int, _RankPieces] = {}
         self.inexact: dict[int, set] = {}
 
@@ -205,9 +207,8 @@ class _Stringer:
     def of(self, rank: int) -> _RankPieces:
         """``rank``'s pieces and ports."""
         if rank not in self.pieces:
-            none = np.zeros(0, dtype=np.int64)
-            rows = {c: self.rows[c].get(rank, none) for c in ("chains", "ports")}
-            self.pieces[rank] = _RankPieces(self.chains.iloc[rows["chains"]], self.ports.iloc[rows["ports"]])  # fmt: skip
+            ports = self.ports.iloc[self.port_rows.get(rank, np.zeros(0, dtype=np.int64))]
+            self.pieces[rank] = _RankPieces(self.given.get(rank, _NO_PIECES), ports)
         return self.pieces[rank]
 
     def string(self, totals: dict, step: int, rank: int, lo: float, hi: float) -> None:
