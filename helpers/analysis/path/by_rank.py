@@ -331,49 +331,53 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
             start_t = stop
     of, labels, reasons, us, begins, reason_names = _rows_of(segments_of_pieces, walker)
     kinds, names = _named(events, labels, reasons, reason_names)
-    of_piece = np.repeat(np.arange(len(sizes)), sizes)[of]
-    keys = pd.DataFrame({"piece": of_piece, "kind": kinds.codes, "name": names.codes, "us": us})
-    latest_first = np.lexsort((-begins, of_piece))  # a run's rows come earliest first
-    timed = keys.iloc[latest_first]
-    ends = _ends_of(timed[timed["us"].to_numpy() > 0])  # a segment of no time is no piece's end
-    sums = keys.groupby(["piece", "kind", "name"], sort=False)["us"].sum().reset_index()
-    sums = sums.merge(ends, on="piece", how="left").fillna({"first_us": 0.0, "last_us": 0.0})
-    head = pd.DataFrame(heads, columns=CHAIN_COLUMNS[:15]).iloc[sums["piece"].to_numpy()]
-    rows = head.reset_index(drop=True).assign(
-        first_us=sums["first_us"].to_numpy(),
-        last_us=sums["last_us"].to_numpy(),
-        kind=_used(sums["kind"], kinds.categories),
-        name=_used(sums["name"], names.categories),
-        us=sums["us"].to_numpy(),
-        first=(
-            (sums["kind"] == sums["first_kind"]) & (sums["name"] == sums["first_name"])
-        ).to_numpy(),  # fmt: skip
-        last=(
-            (sums["kind"] == sums["last_kind"]) & (sums["name"] == sums["last_name"])
-        ).to_numpy(),  # fmt: skip
-    )
-    numbers = dict.fromkeys(_INTS, "int32")
-    return rows[CHAIN_COLUMNS].astype({**dict.fromkeys(_TEXT, "category"), **numbers, "label": "int64", "to_label": "int64"})  # fmt: skip
+    piece = np.repeat(np.arange(len(sizes)), sizes)[of]
+    kind, name = kinds.codes.astype(np.int64), names.codes.astype(np.int64)
+    latest_first = np.lexsort((-begins, piece))  # a run's rows come earliest first
+    timed = latest_first[us[latest_first] > 0]  # a segment of no time is no piece's end
+    ends = _ends_of(piece[timed], kind[timed], name[timed], us[timed], len(sizes))
+    # each (piece, kind, name) once, in the order met, with its µs
+    combined = (piece * len(kinds.categories) + kind) * len(names.categories) + name
+    group = pd.factorize(combined)[0]
+    firsts = np.empty(group.max(initial=-1) + 1, dtype=np.int64)
+    firsts[group[::-1]] = np.arange(len(group))[::-1]  # the first row of each: written last
+    piece, kind, name = piece[firsts], kind[firsts], name[firsts]
+    head = dict(zip(CHAIN_COLUMNS[:15], zip(*heads)))
+    columns = {c: np.asarray(head[c], dtype=object if c in _TEXT else None)[piece] for c in CHAIN_COLUMNS[:15]}  # fmt: skip
+    columns.update(
+        first_us=ends["first_us"][piece], last_us=ends["last_us"][piece],
+        kind=_used(kind, kinds.categories), name=_used(name, names.categories),
+        us=np.bincount(group, weights=us),
+        first=(kind == ends["first_kind"][piece]) & (name == ends["first_name"][piece]),
+        last=(kind == ends["last_kind"][piece]) & (name == ends["last_name"][piece]),
+    )  # fmt: skip
+    for c in _TEXT[:3]:
+        columns[c] = pd.Categorical(columns[c])
+    for c, kind in {**dict.fromkeys(_INTS, np.int32), "label": np.int64, "to_label": np.int64}.items():  # fmt: skip
+        columns[c] = columns[c].astype(kind)
+    return pd.DataFrame({c: columns[c] for c in CHAIN_COLUMNS})
 
 
-def _ends_of(keys: pd.DataFrame) -> pd.DataFrame:
-    """Per piece, its latest segment and its earliest (``keys``: each segment's piece, kind,
-    name and µs, latest first), each as the (kind, name) of its run of segments of that kind and
-    name and the µs of that run (a piece cut within it is cut exactly)."""
-    piece, kind, name, us = (keys[c].to_numpy() for c in ("piece", "kind", "name", "us"))
+def _ends_of(piece: np.ndarray, kind: np.ndarray, name: np.ndarray, us: np.ndarray, pieces: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """Per piece (of ``pieces``), its latest segment and its earliest (each segment's piece,
+    kind, name and µs given latest first), each as the (kind, name) of its run of segments of
+    that kind and name and the µs of that run (a piece cut within it is cut exactly); a piece
+    of no time: -1 and 0."""
     fresh = np.r_[True, (piece[1:] != piece[:-1]) | (kind[1:] != kind[:-1]) | (name[1:] != name[:-1])]  # fmt: skip
     run = np.cumsum(fresh) - 1
     run_us = np.bincount(run, weights=us)
-    first = np.flatnonzero(np.r_[True, piece[1:] != piece[:-1]])  # each piece's first segment
+    first = np.flatnonzero(np.r_[True, piece[1:] != piece[:-1]])[: len(piece)]  # each piece's first
     last = np.r_[first[1:], len(piece)] - 1
-    return pd.DataFrame({
-        "piece": piece[first],
-        "first_kind": kind[first], "first_name": name[first], "first_us": run_us[run[first]],
-        "last_kind": kind[last], "last_name": name[last], "last_us": run_us[run[last]],
-    })  # fmt: skip
+    ends = {c: np.full(pieces, -1, np.int64) for c in ("first_kind", "first_name", "last_kind", "last_name")}  # fmt: skip
+    ends.update(first_us=np.zeros(pieces), last_us=np.zeros(pieces))
+    for end, at in (("first", first), ("last", last)):
+        ends[f"{end}_kind"][piece[at]] = kind[at]
+        ends[f"{end}_name"][piece[at]] = name[at]
+        ends[f"{end}_us"][piece[at]] = run_us[run[at]]
+    return ends
 
 
-def _used(codes: pd.Series, categories: pd.Index) -> pd.Categorical:
+def _used(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
     """A categorical of ``codes`` into ``categories``, with only those used, in sorted order."""
     used = pd.Categorical.from_codes(codes, categories).remove_unused_categories()
     return used.set_categories(sorted(used.categories))
