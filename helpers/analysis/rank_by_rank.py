@@ -45,7 +45,7 @@ from ..traces.rank_files import (
 )
 from .arrival import GPU_SYNCS
 from .collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
-from .path.by_rank import CHAIN_COLUMNS, PORT_COLUMNS, RankAsked, concat_chains, rank_part
+from .path.by_rank import CHAIN_COLUMNS, PORT_COLUMNS, RankAsked, rank_part
 from .path.strung import path_summary_of_parts
 from .steps import step_times, time_per_kind
 
@@ -78,11 +78,6 @@ class RunSummary:
     headers: list[TraceHeader] = field(default_factory=list)
     cache: bool = True
     given: dict[Path, int | None] = field(default_factory=dict)
-
-    @property
-    def chains(self) -> pd.DataFrame:
-        """Every rank's pieces in one table (:func:`helpers.analysis.path.by_rank.concat_chains`)."""
-        return concat_chains(list(self.pieces.values()))
 
     @property
     def ranks(self) -> list[int]:

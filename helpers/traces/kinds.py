@@ -166,6 +166,8 @@ GPU_WORK_KINDS: tuple[str, ...] = ("gpu kernel", "gpu memory")
 GPU_WORK_CATEGORIES: tuple[str, ...] = tuple(
     sorted(c for k in KINDS if k.name in GPU_WORK_KINDS for c in k.categories)
 )
+#: The spans of collectives that a backend's own thread runs (gloo's, MPI's).
+COLLECTIVE_SPANS = r"^(?:gloo|mpi):"
 
 _NAME_RULES = [(re.compile(k.names), k.name, k.not_categories) for k in KINDS if k.names]
 _CATEGORY_RULES = {cat: k.name for k in reversed(KINDS) for cat in k.categories}

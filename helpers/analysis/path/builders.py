@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import GPU_CATEGORIES, name_matches
+from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, name_matches
 from .dependencies import (
     BEGIN,
     COMPLETION,
@@ -97,8 +97,6 @@ class LanesAndEvents:
 #: wait (a gap, a bare annotation, a CUDA call that can block, a collective's wait).
 INTERVAL_KINDS = ("work", "collective", "point to point", "worker wait", "thread wait")
 
-#: The spans of collectives that a backend's own thread runs (gloo's, MPI's).
-COLLECTIVE_SPANS = r"^(?:gloo|mpi):"
 #: Ops that block their thread until a collective issued earlier has ended on another lane: a
 #: functional collective's wait (DTensor's, tensor parallelism's).
 WAIT_CALLS = r"^_?c10d_functional::wait_tensor$"
@@ -167,7 +165,7 @@ def transfer_edges(run: LanesAndEvents) -> list[Edges]:
 
 def point_to_point_waits(lanes, arrays: IntervalArrays) -> np.ndarray:
     """The intervals that are the waits at the end of a send's or a receive's record
-    (:attr:`.lanes.Lanes.records`: those the run pairs, :func:`.point_to_point.sends_and_receives`)."""
+    (:attr:`.lanes.Lanes.records`: those the run pairs, :func:`..point_to_point.sends_and_receives`)."""
     if lanes.records is None or not len(lanes.records):
         return np.zeros(0, dtype=np.int64)
     last_row = dict(zip(arrays.event.tolist(), range(len(arrays.event))))
@@ -183,19 +181,17 @@ def _issue_edges(arrays: IntervalArrays, rows, issued, target, dependency, lag=N
     rows, issued, target = (np.asarray(a) for a in (rows, issued, target))
     late = arrays.end[rows] > issued
     return [
-        Edges.of(2 * rows[~late] + 1, target[~late], dependency, None if lag is None else lag),
-        Edges.of(
-            2 * rows[late], target[late], dependency, None if lag is None else lag, during=True
-        ),
+        Edges.of(2 * rows[~late] + 1, target[~late], dependency, lag),
+        Edges.of(2 * rows[late], target[late], dependency, lag, during=True),
     ]
 
 
 def receive_edges(run: LanesAndEvents) -> list[Edges]:
     """``receive`` and ``send``: a send and its receive (the lanes' ``pairs``,
-    :func:`.point_to_point.sends_and_receives`; a trace without peers has none) move data once
+    :func:`..point_to_point.sends_and_receives`; a trace without peers has none) move data once
     both were issued: the send (the end of its ``c10d::send``, on the sender's lane) and the
     receive (the start of its ``c10d::recv_``). The wait at the end of the receive's record
-    (``gloo:recv``, cut to the wait by :func:`.point_to_point.waits_in_records`) waited for
+    (``gloo:recv``, cut to the wait by :func:`..point_to_point.waits_in_records`) waited for
     both, and so did the wait at the end of the send's record: an edge from each to each. A
     wait that began once both were issued held only the transfer: its own start binds it."""
     arrays, pairs = run.arrays, run.lanes.pairs

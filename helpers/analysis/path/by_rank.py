@@ -17,12 +17,10 @@ at once.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from pandas.api.types import union_categoricals
 
 from ...traces.kinds import name_matches
 from ..point_to_point import RECV_OP, SEND_OP, TRANSFER_RECORDS
@@ -30,7 +28,7 @@ from .dependencies import DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
 from .lanes import Lanes, lane_intervals
 from .walk import PathWalker, Stop
 
-__all__ = ["rank_part", "RankAsked", "concat_chains", "CHAIN_COLUMNS", "PORT_COLUMNS"]
+__all__ = ["rank_part", "RankAsked", "CHAIN_COLUMNS", "PORT_COLUMNS"]
 
 #: One row per piece and (kind, name) of work on it. A piece is a stretch of one walk
 #: (``walk``, from its piece ``begin``); a walk starts at a port (``origin``: ``end`` of a
@@ -263,7 +261,7 @@ def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ..
     _, _, labels, a, b, reasons, to = zip(*segments)  # columns
     run = np.array(labels) == RUN
     code = {d.name: i for i, d in enumerate(DEPENDENCIES)}
-    reason = np.array([code.setdefault(r, len(code)) if r else -1 for r in reasons], np.int64)
+    reason = np.array([code[r] if r else -1 for r in reasons], np.int64)
     bounds = np.zeros((len(segments), 2), np.int64)  # a run's first and last row; else 0, 0
     bounds[run] = np.array([to[i] for i in np.flatnonzero(run)], np.int64).reshape(-1, 2)
     low, high = bounds.T
@@ -381,13 +379,3 @@ def _used(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
     """A categorical of ``codes`` into ``categories``, with only those used, in sorted order."""
     used = pd.Categorical.from_codes(codes, categories).remove_unused_categories()
     return used.set_categories(sorted(used.categories))
-
-
-def concat_chains(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Several ranks' chains in one frame, their text columns categorical over all of them (a
-    run of hundreds of ranks has millions of rows of a few hundred names)."""
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return pd.DataFrame(columns=CHAIN_COLUMNS)
-    kinds = {c: pd.CategoricalDtype(union_categoricals([f[c].astype("category") for f in frames]).categories) for c in _TEXT}  # fmt: skip
-    return pd.concat([f.astype(kinds) for f in frames], ignore_index=True)

@@ -150,11 +150,6 @@ class Graph:
         binding = binding_edges(source, target, dependency, lag, time, rank)
         return cls(source, target, dependency, lag, during, inferred, time, rank, binding)
 
-    def decided_by(self, node: int) -> int:
-        """The dependency code of ``node``'s binding edge (-1: none)."""
-        edge = self.binding[node]
-        return int(self.dependency[edge]) if edge >= 0 else -1
-
     @property
     def intervals(self) -> int:
         """How many intervals the graph is of (their nodes come first: ``2i``, ``2i + 1``)."""

@@ -1,5 +1,5 @@
 """Every lane of a run cut into intervals, and the dependency graph between them: the ground under
-the critical path (:mod:`.critical_path`) and the what-if replay (:mod:`.replay`).
+the critical path (:mod:`.walk`) and the what-if replay (:mod:`.replay`).
 
 A lane (a CPU thread, a GPU stream) does one thing at a time. :func:`lane_intervals` cuts each
 lane into consecutive intervals, each labelled with the innermost event that covers it (a
@@ -7,8 +7,9 @@ convolution inside ``aten::conv2d`` inside a module's annotation: the convolutio
 event: a gap. A collective matched on every rank (:func:`helpers.collective_waits`) is one
 interval, whatever ran inside it (gloo's copies and additions). The backend's record of a send's
 or a receive's transfer (``gloo:recv``) spans the time the transfer was under way, while the
-thread did other work; it is cut to the wait at its end (:mod:`.point_to_point`). What each interval waited for is
-the graph's (:mod:`.graph`; its builders, :mod:`.builders`, say what each interval may have waited for).
+thread did other work; it is cut to the wait at its end (:mod:`..point_to_point`). What each
+interval waited for is the graph's (:mod:`.graph`; its builders, :mod:`.builders`, say what each
+interval may have waited for).
 
 Only what lies within each rank's recorded steps is kept, and a rank's step boundaries cut the
 intervals of the lane of its steps (its *main* lane). The copies of CPU annotations that Kineto
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
+from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
 from ..collectives import matched_collectives, on_every_rank, paired_by_guess
 from ..intervals import merge_intervals
 from ..point_to_point import TRANSFER_RECORDS, sends_and_receives, waits_in_records
@@ -51,7 +52,7 @@ class Lanes:
     ``arrivals``: instance -> its interval rows, one per rank; ``transfer_us``: instance -> its
     shortest time held. ``steps``: each rank's steps (``rank, step,
     start_us, end_us``). ``pairs``: the sends paired with their receives
-    (:func:`.point_to_point.sends_and_receives`); ``records``: the labels of the records of
+    (:func:`..point_to_point.sends_and_receives`); ``records``: the labels of the records of
     sends and receives, whose waits are point to point (paired or not)."""
 
     intervals: pd.DataFrame
@@ -78,8 +79,8 @@ def lane_intervals(
     names: str | None = None,
     window: str | None = None,
 ) -> Lanes:
-    """Every lane of ``events`` cut into intervals, each with the rule that ends it (see the
-    module).
+    """Every lane of ``events`` cut into intervals, and the graph of what each waited for (see
+    the module).
 
     Args:
         events: a run's events (``load_run(...).events``).
@@ -87,7 +88,7 @@ def lane_intervals(
             collectives are intervals of their own as in the whole run, linked to no other
             rank's.
         names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
-        window: the windows that are the steps (:func:`.windows.window_steps`; default:
+        window: the windows that are the steps (:func:`..windows.window_steps`; default:
             ``ProfilerStep#N``).
 
     Raises:
@@ -184,7 +185,7 @@ def _lane_table(ev: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     what runs inside them), a GPU lane, the lane of the rank's steps (which may hold no other
     event)."""
     main = steps.groupby("rank", observed=True)["lane"].first()
-    collective = name_matches(ev, r"^(?:gloo|mpi):")
+    collective = name_matches(ev, COLLECTIVE_SPANS)
     on_gpu = ev["cat"].isin(GPU_CATEGORIES).to_numpy()
     starts, ends = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
     rows = []
@@ -294,11 +295,26 @@ def _link_collectives(lanes: Lanes, spans: pd.DataFrame, linked: pd.DataFrame) -
     lanes.keys.update(zip(row[found].tolist(), zip(keys[found].tolist(), indices[found].tolist())))  # fmt: skip
     lanes.held_us.update(zip(row[found].tolist(), held[found].tolist()))
     kept = found & spans.index.isin(linked.index)
-    numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys[kept], indices[kept]]))  # in order
-    shortest = pd.Series(held[kept]).groupby(numbers).min().to_numpy()  # NaN: none measured
-    order = np.argsort(numbers, kind="stable")  # each instance's rows in the spans' order
-    rows, of = row[kept][order].tolist(), numbers[order].tolist()
+    link_instances(lanes, row[kept], keys[kept], indices[kept], held[kept])
+
+
+def link_instances(lanes: Lanes, rows: np.ndarray, keys: np.ndarray, indices: np.ndarray, held: np.ndarray) -> None:  # fmt: skip
+    """The instances of collectives, one per ``(key, index)`` numbered in the order met, put in
+    ``lanes``: each one's rows (its arrivals, in the order given) and its transfer, the shortest
+    time it held a rank from its arrival.
+
+    Args:
+        lanes: where the instances go (``instance``, ``arrivals``, ``transfer_us``).
+        rows: the collectives' intervals, one per rank an instance is on.
+        keys: each one's key (:func:`helpers.matched_collectives`).
+        indices: each one's index among those of its key.
+        held: how long each held its rank from its arrival (µs; NaN: not measured).
+    """
+    numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, indices]))
+    shortest = pd.Series(held).groupby(numbers).min().to_numpy()
+    order = np.argsort(numbers, kind="stable")
+    rows, of = np.asarray(rows)[order].tolist(), numbers[order].tolist()
     lanes.instance.update(zip(rows, of))
-    for number, r in zip(of, rows):
-        lanes.arrivals.setdefault(number, []).append(r)
-    lanes.transfer_us.update({n: float(shortest[n]) for n in lanes.arrivals})
+    for number, row in zip(of, rows):
+        lanes.arrivals.setdefault(number, []).append(row)
+    lanes.transfer_us.update({n: float(shortest[n]) for n in set(of)})

@@ -27,9 +27,9 @@ from .builders import LanesAndEvents, receive_edges, transfer_edges
 from .by_rank import CHAIN_COLUMNS, RankAsked
 from .dependencies import BEGIN, COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, WORK
 from .graph import Graph
-from .lanes import Lanes
+from .lanes import Lanes, link_instances
 from .wakers import IntervalArrays
-from .walk import step_windows, summary_table
+from .walk import last_to_end, step_windows, summary_table
 
 __all__ = ["PortGraph", "ports_graph", "path_summary_of_parts"]
 
@@ -109,14 +109,8 @@ def _link(lanes: Lanes, table: pd.DataFrame) -> None:
     the order of the ranks) and its transfer (the shortest time it held a rank from its
     arrival), as :mod:`.lanes` links them for the whole run."""
     coll = table[table["port"] == "collective"].sort_values("rank", kind="stable")
-    numbers = coll.groupby(["key", "index"], sort=False, observed=True).ngroup().to_numpy()
-    rows = coll.index.to_numpy()
-    lanes.instance.update(zip(rows.tolist(), numbers.tolist()))
-    order = np.argsort(numbers, kind="stable")
-    for number, row in zip(numbers[order].tolist(), rows[order].tolist()):
-        lanes.arrivals.setdefault(number, []).append(row)
-    shortest = coll["held_us"].groupby(numbers).min()
-    lanes.transfer_us.update(zip(shortest.index.tolist(), shortest.astype(float).tolist()))
+    keys, indices = coll["key"].astype(str).to_numpy(), coll["index"].to_numpy(np.int64)
+    link_instances(lanes, coll.index.to_numpy(), keys, indices, coll["held_us"].to_numpy(float))
 
 
 def path_summary_of_parts(
@@ -146,12 +140,12 @@ def path_summary_of_parts(
         return _table(totals)
     windows = [w for w in step_windows(steps) if w[0] not in leave_out]
     bounds = np.unique([b for _, lo, hi in windows for b in (lo, hi)])
-    ends = steps.groupby(["step", "rank"])["end_us"].max()
+    last = last_to_end(steps)
     stringer = _Stringer(pieces, ports, ports_graph(ports, collectives))
     for asked_again in (False, True):  # as kept; then with the ranks cut inexactly made again
         totals = {}
         for step, lo, hi in windows:
-            stringer.string(totals, step, int(ends.loc[step].idxmax()), lo, hi)
+            stringer.string(totals, step, last[step], lo, hi)
         if asked_again or not stringer.inexact or again is None:
             break
         for rank, moments in stringer.inexact.items():

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import GPU_CATEGORIES, name_matches
+from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, name_matches
 
 __all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE", "IntervalArrays", "first_row"]
 
@@ -117,7 +117,7 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
         if issuer in row_of.index:
             found[label] = int(row_of[issuer])
     calls = ev[name_matches(ev, r"^c10d::")]
-    spans = ev[name_matches(ev, r"^(?:gloo|mpi):")]
+    spans = ev[name_matches(ev, COLLECTIVE_SPANS)]
     for rank, mine in spans.groupby("rank"):
         theirs = calls[(calls["rank"] == rank).to_numpy()].sort_values("start_us")
         at = np.searchsorted(theirs["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right")

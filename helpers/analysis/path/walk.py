@@ -49,7 +49,14 @@ from .dependencies import (
 from .gpu_waits import launching_ops
 from .lanes import Lanes, lane_intervals
 
-__all__ = ["critical_path", "path_summary", "path_of", "step_windows", "summary_table"]
+__all__ = [
+    "critical_path",
+    "path_summary",
+    "path_of",
+    "step_windows",
+    "last_to_end",
+    "summary_table",
+]
 
 _COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank", "waited_for", "launched_by"]  # fmt: skip
 #: The waits that another lane of the rank ended (the path's evidence names what ended them).
@@ -59,7 +66,7 @@ _WOKEN = dependency_names(lambda d: not (d.own_time or d.collective) and d.segme
 def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     """For every step of ``events`` (``load_run(...).events``), the chain of work that decided
     when the step ended, one row per segment, in time order (``window``: other windows than
-    the profiler's steps, :func:`.windows.window_steps`: ``"trace"`` for the whole trace, or the
+    the profiler's steps, :func:`..windows.window_steps`: ``"trace"`` for the whole trace, or the
     name of an annotation that marks each iteration, its instances numbered from 0 in
     ``step``):
 
@@ -85,7 +92,8 @@ def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFra
 
 class Stop(NamedTuple):
     """Where a walk stopped before its window's start: the interval ``row``, the ``moment``, and
-    ``joined``: True where an earlier walk went on from there, False at a collective."""
+    ``joined``: True where an earlier walk went on from there, False where the run decides
+    (a collective, a send's or a receive's wait)."""
 
     row: int
     moment: float
@@ -100,7 +108,8 @@ SEGMENT = ("step", "lane_id", "label", "start", "end", "reason", "to_rank")
 def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     """:func:`critical_path` from lanes already cut (:func:`.lanes.lane_intervals`)."""
     walker = PathWalker(lanes)
-    rows = [row for step, lo, hi in step_windows(lanes.steps) for row in walker.step(step, lo, hi)]
+    last = last_to_end(lanes.steps)
+    rows = [row for step, lo, hi in step_windows(lanes.steps) for row in walker.step(step, last[step], lo, hi)]  # fmt: skip
     raw = pd.DataFrame(rows, columns=list(SEGMENT))
     table = lanes.lanes
     lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
@@ -199,20 +208,19 @@ class PathWalker:
         i = bisect_left(self.starts, t, lo, self.past[lane]) - 1
         return i if i >= lo else -1
 
-    def step(self, step: int, lo: float, hi: float) -> list[tuple]:
-        """The path of one step over its window ``(lo, hi]``, in time order: ``(step, lane_id,
-        label, start, end, reason, to_rank)`` per segment."""
-        mine = self.lanes.steps[self.lanes.steps["step"] == step]
-        lane, t = self.main[int(mine.loc[mine["end_us"].idxmax(), "rank"])], hi
+    def step(self, step: int, rank: int, lo: float, hi: float) -> list[tuple]:
+        """The path of one step over its window ``(lo, hi]``, from the end of ``rank``'s (the
+        last to end it), in time order: ``(step, lane_id, label, start, end, reason, to_rank)``
+        per segment."""
         rows: list[tuple] = []
-        self.walk(step, lane, t, lo, rows)
+        self.walk(step, self.main[rank], hi, lo, rows)
         return rows[::-1]
 
     def walk(self, step: int, lane: int, t: float, lo: float, rows: list) -> tuple | None:
         """Walk back from ``t`` on ``lane`` to ``lo``, adding segments to ``rows`` (latest
-        first); None at ``lo`` or the lane's beginning, else ``(row, moment, why)`` where a
-        subclass stopped it, a :class:`Stop` (:class:`~helpers.analysis.path.by_rank._RankWalker`:
-        at a collective, or where an earlier walk went on)."""
+        first); None at ``lo`` or the lane's beginning, else the :class:`Stop` where a subclass
+        stopped it (:class:`~helpers.analysis.path.by_rank._RankWalker`: where the run decides,
+        or where an earlier walk went on)."""
         seen: set[tuple[int, float]] = set()
         row = -1
         while t > lo:
@@ -293,6 +301,14 @@ def step_windows(steps: pd.DataFrame) -> list[tuple[int, float, float]]:
         windows.append((int(step), lo, float(hi)))
         previous = float(hi)
     return windows
+
+
+def last_to_end(steps: pd.DataFrame) -> dict[int, int]:
+    """Per step, the rank that ended it last (of equal ends, the lowest rank): where the step's
+    path begins."""
+    ends = steps.groupby(["step", "rank"])["end_us"].max().reset_index()
+    last = ends.loc[ends.groupby("step")["end_us"].idxmax()]
+    return dict(zip(last["step"].astype(int).tolist(), last["rank"].astype(int).tolist()))
 
 
 def path_summary(path: pd.DataFrame, by: list[str] | str = "kind") -> pd.DataFrame:
