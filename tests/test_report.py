@@ -96,6 +96,25 @@ def test_pointed_at_a_recording_the_report_skips_its_manifest_and_reads_the_trac
     )
 
 
+@pytest.mark.parametrize(
+    "name, content, said",
+    [
+        ("config.json", '{"lr": 0.1, "batch": 32}', "it has no traceEvents"),
+        ("timings.json", "[0.231, 0.229, 0.244]", "a JSON list whose first entry is not an event"),
+        ("note.json", '"step times in ms"', "a JSON value"),
+    ],
+    ids=["a-config", "a-list-of-timings", "a-string"],
+)
+def test_a_json_file_that_is_no_trace_beside_the_traces_is_left_out_and_named(
+    tmp_path, name, content, said
+):
+    folder = shutil.copytree(recorded_traces("ddp-straggler"), tmp_path / "run")
+    (folder / name).write_text(content)
+    report = build_report(folder)
+    assert [(Path(p).name, said in why) for p, why in report.skipped] == [(name, True)]
+    assert report.ranks == [0, 1]
+
+
 def test_a_report_names_the_straggler_the_analysis_names(straggler_run, straggler_report):
     expected = find_straggler(load_run(straggler_run).events)
     text = straggler_report.section("Waiting and the straggler").text
@@ -413,15 +432,20 @@ def test_a_path_that_does_not_exist_is_named(tmp_path, capsys):
     assert "nowhere: no such file or folder" in said
 
 
-def test_a_json_file_of_another_shape_is_a_damaged_trace_named_with_skip_bad_offered(
-    tmp_path, capsys
-):
-    (tmp_path / "config.json").write_text('{"lr": 0.1}')  # no traceEvents: left out and listed
-    (tmp_path / "list.json").write_text("[1, 2, 3]")  # not even an object: a damaged trace
+def test_a_folder_of_json_files_none_a_trace_is_refused_naming_each(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')  # no traceEvents
+    (tmp_path / "list.json").write_text("[1, 2, 3]")  # a list, but not of events
     said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
-    assert re.search(r"list\.json: ", said) and "--skip-bad" in said
-    said = refused([str(tmp_path), "--skip-bad", "--out", str(tmp_path / "r.html")], capsys)
-    assert "no usable trace" in said
+    assert "no usable trace among" in said
+    assert re.search(r"config\.json \(is not a trace", said)
+    assert re.search(r"list\.json \(is not a trace: a JSON list whose first entry", said)
+
+
+def test_a_trace_damaged_past_its_first_event_is_named_with_skip_bad_offered(tmp_path, capsys):
+    (tmp_path / "rank0.json").write_text('{"traceEvents": [{"ph": "X"}, 2, 3]}')
+    said = refused([str(tmp_path), "--out", str(tmp_path / "r.html")], capsys)
+    assert re.search(r"rank0\.json: traceEvents\[1\] is not an event", said)
+    assert "--skip-bad" in said
 
 
 def test_a_folder_of_manifests_and_no_trace_is_refused_naming_them(tmp_path, capsys):

@@ -27,6 +27,8 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``path`` (a package): what held each step (the chain of work across the ranks that decided
   when it ended) and what shortening some of it would buy (a what-if, by re-timing the run's
   dependency graph); and the same path for a run too large to load whole.
+- ``compare``: two runs side by side (did a change work, by how much beyond the steps' noise,
+  where on the critical path, which ops; a what-if against the second run).
 - ``rank_by_rank``: a run too large to load whole, summarised one rank at a time
   (:func:`summarise_run`, a :class:`RunSummary` that answers this room's questions from the
   parts it kept of each rank).
@@ -46,6 +48,7 @@ from .collectives import (
     waiting_per_group,
     waiting_per_step,
 )
+from .compare import RUN_NOISE, RunComparison, compare_runs, step_shift, within_noise
 from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
@@ -66,6 +69,11 @@ from .rpc import by_rpc_node, enclosure, max_parallel_lanes, rpc_calls
 from .steps import step_times, time_by_source_line, time_per_kind, top_ops
 
 __all__ = [
+    "compare_runs",
+    "RunComparison",
+    "step_shift",
+    "within_noise",
+    "RUN_NOISE",
     "merge_intervals",
     "busy_ms",
     "busy_ms_per_group",

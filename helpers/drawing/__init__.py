@@ -6,6 +6,8 @@
   the other on equal spans; :func:`step_window`, the time span of a step.
 - ``critical_path``: :func:`plot_critical_path`, one step's timelines with the chain of work
   that decided when it ended drawn across the ranks.
+- ``compare``: :func:`plot_run_comparison`, two runs compared: what moved on the critical
+  path, per rank and kind (:func:`helpers.compare_runs`).
 - ``fsdp``: :func:`plot_fsdp_phases`, a sharded step by phase, one row per unit and rank.
 - ``gpu``: :func:`plot_launch_lag`, each step's CPU time above the GPU work it launched.
 - ``memory``: :func:`plot_memory`, memory in use over time, one line per rank.
@@ -14,6 +16,7 @@
   called them, side by side (a hung job's Flight Recorder dumps).
 """
 
+from .compare import plot_run_comparison, run_comparison_alt
 from .critical_path import plot_critical_path
 from .fsdp import PHASE_COLORS, plot_fsdp_phases
 from .gpu import plot_launch_lag
@@ -29,6 +32,8 @@ from .timeline import (
 )
 
 __all__ = [
+    "plot_run_comparison",
+    "run_comparison_alt",
     "plot_rank_timeline",
     "plot_timelines",
     "plot_critical_path",

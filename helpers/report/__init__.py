@@ -2,7 +2,8 @@
 
 ``python -m helpers.report TRACES... [--out report.html] [--skip-bad] [--merged FILE]`` (or the
 ``pdp-report`` command) reads a run's traces and writes one self-contained HTML file, figures
-embedded, that opens offline. In Python:
+embedded, that opens offline; given two folders that each hold a run, it compares them. In
+Python:
 
 - :func:`build_report` reads the traces (whole, or one rank at a time when they are too large to
   load whole) and returns a :class:`Report`: the job at a glance, then sections in the order to
@@ -10,18 +11,21 @@ embedded, that opens offline. In Python:
   steps and what to fix first; what the traces cannot tell; step time; waiting and the
   straggler; time per kind; the GPU; a sharded job's phases). A section shows itself in a
   notebook.
+- :func:`build_comparison`: two runs compared (did the change work, by how much beyond the
+  steps' noise, where on the critical path; :func:`helpers.compare_runs`).
 - :func:`write_report` writes it as HTML; :func:`report_html` gives the HTML.
 - :class:`ReportError`: bad input, said with the file and what to do.
 
 Modules: ``build`` (reading the traces), ``held`` (the first section: the critical path, what
 to fix first and a what-if, stalls and unmatched collectives), ``sections`` (the other parts),
 ``cautions`` (what the traces cannot tell), ``flight`` (what Flight Recorder dumps beside the
-traces add: gloo's process groups, and the hang), ``html`` (the page), ``__main__`` (the command).
+traces add: gloo's process groups, and the hang), ``compare`` (two runs), ``html`` (the page), ``__main__`` (the command).
 """
 
 from __future__ import annotations
 
 from .build import WHOLE_LIMIT_MB, Report, ReportError, build_report
+from .compare import build_comparison
 from .html import report_html, write_report
 from .sections import Section
 
@@ -31,6 +35,7 @@ __all__ = [
     "ReportError",
     "WHOLE_LIMIT_MB",
     "build_report",
+    "build_comparison",
     "report_html",
     "write_report",
 ]

@@ -3,7 +3,8 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
 
 - ``load``: :func:`load_trace` (one file) and :func:`load_run` (a run's files, one frame
   with a ``rank`` column); every bad file raises :class:`TraceError`, naming it.
-  :func:`distributed_info` reads only the start of a file: its world size and backend.
+  :func:`distributed_info` reads only the start of a file: its world size and backend;
+  :func:`rank_in_name`, the rank a file's name says (``rank3...``).
 - ``export``: :func:`merge_traces` (every rank in one file for Perfetto) and
   :func:`gather_traces` (the nodes' folders of a run in one place).
 - ``legacy_records``: the legacy profiler's raw records, kept while it parses them
@@ -26,7 +27,7 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
   :class:`TraceWarning`.
 """
 
-from ._header import distributed_info
+from ._header import distributed_info, rank_in_name
 from .export import gather_traces, merge_traces
 from .load import (
     DifferentRuns,
@@ -61,6 +62,7 @@ __all__ = [
     "run_files",
     "check_one_run",
     "distributed_info",
+    "rank_in_name",
     "merge_traces",
     "gather_traces",
     "load_memory",

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 
-from ._error import TraceError
+from ._error import NotATrace, TraceError
 
 T = TypeVar("T")
 _EMPTY = msgspec.Raw(b"")
@@ -226,6 +226,15 @@ def decode_error(path: Path, err: msgspec.DecodeError) -> TraceError:
         )
     if isinstance(err, msgspec.ValidationError):
         where = text.partition(" - at ")[2].strip("`")
+        expected_object = text.startswith("Expected `object`")
+        if expected_object and where in ("", "$", "$.traceEvents[0]"):  # a config, timings
+            return NotATrace(
+                path,
+                "is not a trace: a JSON "
+                + ("list whose first entry is not an event" if where else "value")
+                + ", not a Chrome/Kineto trace (a config, a file of timings?); name the trace "
+                "files, or leave this one out",
+            )
         if where.startswith("$.traceEvents["):
             return TraceError(
                 path,

@@ -1,0 +1,343 @@
+"""Two runs compared: did the change work, by how much, and where.
+
+A learner finds what held the step, predicts what a fix would buy, changes the job and runs it
+again. :func:`compare_runs` puts the two runs side by side:
+
+- **the step**: how much the steps moved, with an interval from the steps of both runs
+  (:func:`step_shift`), widened by what two runs of one job differ by as wholes, so that a
+  change smaller than that noise reads as noise;
+- **where**: both runs' critical paths (:func:`helpers.critical_path`), per rank, kind and op, in
+  ms per step; their differences add up to the change in the mean step, since each run's path
+  tiles its steps' wall time;
+- **ops and kernels**: each op's calls and time per step on each rank, added, removed or changed;
+- **the prediction**: a what-if made on the first run (:func:`helpers.what_if`) beside what the
+  second run measured;
+- **cautions** where the runs do not line up (other ranks, another world size, other step counts).
+
+The interval is the Hodges-Lehmann one (the shift's estimate: the median of the differences of
+every step after against every step before; its interval: the k-th smallest and k-th largest of
+them, k from the Mann-Whitney distribution). It holds for steps that vary independently around
+each run's level. It knows nothing of what makes a whole run slower than another (a busier
+machine that afternoon, another placement of threads on cores), which one run a side cannot show:
+the verdict widens it on each side by :data:`RUN_NOISE` of the first run's median step, what two
+runs of one unchanged job differed by here (``benchmarks/compare_cases.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..traces.kinds import event_names
+from .path import critical_path, step_windows
+
+__all__ = ["RunComparison", "compare_runs", "step_shift", "within_noise", "RUN_NOISE"]
+
+#: The share of runs in which a run's interval may miss the true shift: 0.05 is a 95 % interval.
+ALPHA = 0.05
+#: What two runs of one unchanged job differ by as wholes, as a share of the step. Set from lesson
+#: 3's DDP job on the 2-core machine (benchmarks/compare_cases.py, 2026-11-29; steps of about 90
+#: ms): in 20 pairs the steps' interval alone missed 0 three times, by 2.4, 3.0 and 12.1 ms (the
+#: last with other work on the machine); 10 new pairs then all read no change with it.
+RUN_NOISE = 0.05
+#: Time per step an op must gain or lose to be called changed (ms), or a share of its time.
+CHANGED_MS, CHANGED_SHARE = 0.05, 0.05
+
+
+@dataclass
+class RunComparison:
+    """Two runs compared (:func:`compare_runs`).
+
+    ``steps``: one row per run and one for the change: ``steps`` (how many), ``median_ms``,
+    ``mean_ms``; the change's row also has ``shift_ms`` and its interval from the steps,
+    ``low_ms`` and ``high_ms`` (:func:`step_shift`), and ``noise_ms``, what two runs of one job
+    differ by (the interval of the verdict is ``low_ms - noise_ms`` to ``high_ms + noise_ms``). ``held``: per ``rank, kind, name`` on either run's
+    critical path, ``before_ms``, ``after_ms`` (mean per step) and ``change_ms``, largest change
+    first; the changes add up to the change in the mean step. ``ops``: per ``rank, kind, name``,
+    ``calls_before``, ``calls_after`` (per step), ``before_ms``, ``after_ms`` (its events' time
+    per step, nested ones included), ``change_ms`` and ``status`` (``added``, ``removed``,
+    ``changed``, ``same``). ``prediction``: a what-if beside the second run, with the
+    interval of their difference and the same ``noise_ms`` (None without one). ``cautions``: what does not line up. ``verdict``: one sentence."""
+
+    steps: pd.DataFrame
+    held: pd.DataFrame
+    ops: pd.DataFrame
+    prediction: pd.DataFrame | None
+    cautions: list[str] = field(default_factory=list)
+    verdict: str = ""
+
+
+def step_shift(
+    before: np.ndarray, after: np.ndarray, alpha: float = ALPHA
+) -> tuple[float, float, float]:
+    """How far ``after``'s values moved from ``before``'s: ``(shift, low, high)``.
+
+    ``shift`` is the median of the differences of every value of ``after`` against every value
+    of ``before`` (the Hodges-Lehmann estimate); ``low`` and ``high`` are the k-th smallest and
+    largest of those differences, with k the largest count that the Mann-Whitney statistic of
+    two samples from one distribution stays below with probability at most ``alpha / 2``: an
+    interval that holds the true shift in at least ``1 - alpha`` of runs whose values vary
+    independently around their run's level. Raises ValueError with fewer than 2 values in
+    either, or when no interval of that confidence exists for so few (2 and 2: at most 67 %)."""
+    before = np.asarray(before, dtype=float)
+    after = np.asarray(after, dtype=float)
+    n, m = len(before), len(after)
+    if n < 2 or m < 2:
+        raise ValueError(
+            f"a shift needs at least 2 steps in each run ({n} before, {m} after): profile more "
+            "steps (the profiler's schedule: active=...)"
+        )
+    differences = np.sort(np.subtract.outer(after, before).ravel())
+    k = _mann_whitney_k(n, m, alpha)
+    if k < 1:
+        raise ValueError(
+            f"{n} and {m} steps are too few for a {1 - alpha:.0%} interval: profile more steps"
+        )
+    return float(np.median(differences)), float(differences[k - 1]), float(differences[-k])
+
+
+def _mann_whitney_k(n: int, m: int, alpha: float) -> int:
+    """The largest k with P(U < k) <= alpha / 2, U the Mann-Whitney count of two samples of
+    sizes ``n`` and ``m`` from one continuous distribution (exact up to 2,500 pairs, else the
+    normal approximation)."""
+    if n * m > 2500:
+        z = _normal_quantile(1 - alpha / 2)
+        return max(0, math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12)))
+    below = np.cumsum(_mann_whitney_distribution(n, m))  # P(U <= u)
+    return int(np.searchsorted(below, alpha / 2 + 1e-12, side="right"))
+
+
+def _mann_whitney_distribution(n: int, m: int) -> np.ndarray:
+    """P(U = u) for u = 0..n*m: the recurrence p(i, j, u) = i/(i+j) p(i-1, j, u-j) +
+    j/(i+j) p(i, j-1, u) (the last of the i+j values is one of the first sample's, above the j
+    of the second, or one of the second's)."""
+    rows = [np.ones(1) for _ in range(m + 1)]  # p(0, j, .): U = 0
+    for i in range(1, n + 1):
+        current = [np.zeros(1)] * (m + 1)
+        current[0] = np.ones(1)  # p(i, 0, .): U = 0
+        for j in range(1, m + 1):
+            p = np.zeros(i * j + 1)
+            p[j : j + len(rows[j])] += i / (i + j) * rows[j]
+            p[: len(current[j - 1])] += j / (i + j) * current[j - 1]
+            current[j] = p
+        rows = current
+    return rows[m]
+
+
+def _normal_quantile(q: float) -> float:
+    """The standard normal distribution's quantile (by bisection of math.erf)."""
+    low, high = -10.0, 10.0
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q else (low, mid)
+    return (low + high) / 2
+
+
+def compare_runs(
+    before: pd.DataFrame | str | Path,
+    after: pd.DataFrame | str | Path,
+    prediction: pd.Series | None = None,
+    window: str | None = None,
+    run_noise: float = RUN_NOISE,
+) -> RunComparison:
+    """Two runs of a job side by side: how much the steps moved, with the interval of the
+    steps' own spread, where on the critical path the change came from, which ops and kernels
+    came, went or changed, and a what-if made on the first run against the second.
+
+    Args:
+        before: the first run's events (``load_run(...).events``) or its folder of traces.
+        after: the second run's, the same way.
+        prediction: :func:`helpers.what_if` made on ``before``, to set beside ``after``.
+        window: the windows that are the steps, as :func:`helpers.critical_path` takes them
+            (default: the profiler's steps).
+        run_noise: what two runs of one unchanged job differ by as wholes, as a share of the
+            first run's median step (0: the steps' spread alone, as with runs made side by
+            side on a quiet machine); a change must pass it to be called one.
+
+    Returns:
+        A :class:`RunComparison`.
+
+    Raises:
+        ValueError: a run without steps, or with too few to compare (fewer than 3 in all).
+    """
+    runs = [_events_of(run, label) for run, label in ((before, "before"), (after, "after"))]
+    paths = [critical_path(events, window=window) for events in runs]
+    walls = [_step_walls(events, path) for events, path in zip(runs, paths)]
+    noise_ms = run_noise * float(walls[0].median())
+    steps = _steps_table(*walls, noise_ms)
+    held = _held_table(paths, [len(w) for w in walls])
+    ops = _ops_table(runs, [len(w) for w in walls])
+    predicted = None if prediction is None else _prediction_table(prediction, runs[1], noise_ms)
+    cautions = _cautions(runs, walls)
+    return RunComparison(steps, held, ops, predicted, cautions, _verdict(steps, held, predicted))
+
+
+def _events_of(run: pd.DataFrame | str | Path, label: str) -> pd.DataFrame:
+    """The events of ``run``, loaded from its folder when given one."""
+    if isinstance(run, pd.DataFrame):
+        return run
+    from ..traces import load_run  # the traces' room comes before this one
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        events = load_run(run, cache=False).events
+    if not (events["kind"] == "step").any():
+        raise ValueError(f"the {label} run ({run}) has no profiler steps to compare")
+    return events
+
+
+def _step_walls(events: pd.DataFrame, path: pd.DataFrame) -> pd.Series:
+    """Each step's wall time (ms), as the path tiles it (:func:`helpers.step_windows`)."""
+    steps = events[events["kind"] == "step"]
+    windows = step_windows(steps[["rank", "step", "start_us", "end_us"]])
+    kept = set(path["step"])
+    return pd.Series({s: (hi - lo) / 1e3 for s, lo, hi in windows if s in kept}, dtype=float)
+
+
+def _steps_table(before: pd.Series, after: pd.Series, noise_ms: float) -> pd.DataFrame:
+    """The steps of both runs and the change between them."""
+    shift, low, high = step_shift(before.to_numpy(), after.to_numpy())
+    table = pd.DataFrame(
+        {
+            "steps": [len(before), len(after), np.nan],
+            "median_ms": [before.median(), after.median(), after.median() - before.median()],
+            "mean_ms": [before.mean(), after.mean(), after.mean() - before.mean()],
+            "shift_ms": [np.nan, np.nan, shift],
+            "low_ms": [np.nan, np.nan, low],
+            "high_ms": [np.nan, np.nan, high],
+            "noise_ms": [np.nan, np.nan, noise_ms],
+        },
+        index=pd.Index(["before", "after", "change"], name="run"),
+    )
+    return table
+
+
+def _held_table(paths: list[pd.DataFrame], steps: list[int]) -> pd.DataFrame:
+    """Each (rank, kind, name)'s time on each run's path, in ms per step, and the change."""
+    per_step = [
+        path.groupby(["rank", "kind", "name"], observed=True)["dur_us"].sum() / 1e3 / n
+        for path, n in zip(paths, steps)
+    ]
+    table = pd.concat(per_step, axis=1, keys=["before_ms", "after_ms"]).fillna(0.0)
+    table["change_ms"] = table["after_ms"] - table["before_ms"]
+    order = np.argsort(-table["change_ms"].abs().to_numpy(), kind="stable")
+    return table.iloc[order].reset_index()
+
+
+def _ops_table(runs: list[pd.DataFrame], steps: list[int]) -> pd.DataFrame:
+    """Each op's and kernel's calls and time per step on each rank, in both runs."""
+    counted = []
+    for events, n in zip(runs, steps):
+        inside = events[(events["step"] >= 0).to_numpy() & ~events["kind"].isin(["step", "other"])]
+        inside = inside.assign(name=event_names(inside), kind=inside["kind"].astype(str))
+        grouped = inside.groupby(["rank", "kind", "name"])["dur_us"]
+        counted.append(pd.DataFrame({"calls": grouped.size() / n, "ms": grouped.sum() / 1e3 / n}))
+    table = pd.concat(counted, axis=1, keys=["before", "after"])
+    table.columns = ["calls_before", "before_ms", "calls_after", "after_ms"]
+    table = table[["calls_before", "calls_after", "before_ms", "after_ms"]]
+    gone, new = table["calls_after"].isna(), table["calls_before"].isna()
+    table = table.fillna(0.0)
+    table["change_ms"] = table["after_ms"] - table["before_ms"]
+    moved = (table["calls_after"] != table["calls_before"]) | (
+        table["change_ms"].abs() > np.maximum(CHANGED_MS, CHANGED_SHARE * table["before_ms"])
+    )
+    table["status"] = np.select([new, gone, moved], ["added", "removed", "changed"], "same")
+    order = np.argsort(-table["change_ms"].abs().to_numpy(), kind="stable")
+    return table.iloc[order].reset_index()
+
+
+def _prediction_table(prediction: pd.Series, after: pd.DataFrame, noise_ms: float) -> pd.DataFrame:
+    """A what-if's predicted steps beside the steps the second run measured (each the median
+    over ranks of a rank's step, as :func:`helpers.what_if` predicts them)."""
+    from .steps import step_times
+
+    measured = step_times(after).median(axis=1)
+    shift, low, high = step_shift(prediction.to_numpy(), measured.to_numpy())
+    return pd.DataFrame(
+        {
+            "predicted_ms": [float(prediction.median())],
+            "measured_ms": [float(measured.median())],
+            "shift_ms": [shift],
+            "low_ms": [low],
+            "high_ms": [high],
+            "noise_ms": [noise_ms],
+        }
+    )
+
+
+def _cautions(runs: list[pd.DataFrame], walls: list[pd.Series]) -> list[str]:
+    """What does not line up between the runs: ranks, world size, step counts."""
+    said = []
+    ranks = [set(events["rank"].unique().tolist()) for events in runs]
+    if len(ranks[0]) != len(ranks[1]):
+        said.append(
+            f"The runs have different world sizes as traced: {len(ranks[0])} ranks before, "
+            f"{len(ranks[1])} after. Their steps compare, their ranks only where both have them."
+        )
+    elif ranks[0] != ranks[1]:
+        only = sorted(ranks[0] ^ ranks[1])
+        said.append(
+            f"Rank(s) {', '.join(map(str, only))} are in one run only: their rows have no "
+            "counterpart."
+        )
+    if len(walls[0]) != len(walls[1]):
+        said.append(
+            f"The runs profiled different numbers of steps ({len(walls[0])} before, "
+            f"{len(walls[1])} after): times are per step, calls per step may differ by a "
+            "fraction."
+        )
+    return said
+
+
+def _verdict(steps: pd.DataFrame, held: pd.DataFrame, prediction: pd.DataFrame | None) -> str:
+    """One sentence: the change in the step and its interval, where it came from, and how the
+    prediction did."""
+    change = steps.loc["change"]
+    before, after = steps.loc["before", "median_ms"], steps.loc["after", "median_ms"]
+    interval = (
+        f"{change['low_ms']:+.1f} to {change['high_ms']:+.1f} ms from the steps, "
+        f"±{change['noise_ms']:.1f} ms between runs"
+    )
+    if within_noise(change):
+        said = (
+            f"No change beyond the noise: the median step went from {before:.1f} to "
+            f"{after:.1f} ms, a shift of {change['shift_ms']:+.1f} ms whose interval "
+            f"({interval}) holds 0."
+        )
+    else:
+        word = "fell" if change["shift_ms"] < 0 else "rose"
+        top = held.iloc[0]
+        share = top["change_ms"] / change["mean_ms"] if change["mean_ms"] else np.nan
+        said = (
+            f"The step {word} by {abs(change['shift_ms']):.1f} ms ({interval}): from "
+            f"{before:.1f} to {after:.1f} ms (median). Most of the change is rank "
+            f"{top['rank']}'s {top['name']} ({top['kind']}) on the critical path: "
+            f"{top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, {share:.0%} of the "
+            "change in the mean step."
+        )
+    if prediction is not None:
+        row = prediction.iloc[0]
+        within = within_noise(row)
+        side = "below" if row["shift_ms"] < 0 else "above"
+        said += (
+            f" The what-if predicted {row['predicted_ms']:.1f} ms; the run measured "
+            f"{row['measured_ms']:.1f} ms ("
+            + (
+                "within the noise of its steps"
+                if within
+                else f"{abs(row['shift_ms']):.1f} ms {side} the prediction, beyond its steps' noise"
+            )
+            + ")."
+        )
+    return said
+
+
+def within_noise(row: pd.Series) -> bool:
+    """Whether a shift's interval (``low_ms``, ``high_ms``), widened by ``noise_ms`` on each
+    side, holds 0: no change beyond the noise."""
+    return bool(row["low_ms"] - row["noise_ms"] <= 0 <= row["high_ms"] + row["noise_ms"])
