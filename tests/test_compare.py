@@ -119,8 +119,11 @@ def test_the_fixed_straggler_is_a_change_held_by_its_slow_batch(recorded):
     top = compared.held.iloc[0]
     assert (top["rank"], top["kind"]) == (1, "data loading")
     assert top["change_ms"] / change["mean_ms"] >= 0.8
-    assert compared.verdict.startswith("The step fell by")
-    assert "rank 1's enumerate(DataLoader)" in compared.verdict
+    assert compared.verdict.startswith("The steps fell by")
+    assert (
+        "largest change on the critical path is rank 1's enumerate(DataLoader)" in compared.verdict
+    )
+    assert "(most of it)" in compared.verdict
 
 
 def test_work_hidden_behind_a_wait_and_removed_is_no_change_beyond_the_noise(recorded):
@@ -182,7 +185,7 @@ def test_the_report_of_two_run_folders_compares_them(tmp_path, capsys):
     out = tmp_path / "compared.html"
     assert main([str(before), str(after), "--out", str(out)]) == 0
     page = out.read_text()
-    assert "The step fell by" in page and "Where the change came from" in page
+    assert "The steps fell by" in page and "Where the change came from" in page
     assert 'alt="Bars of the change in time held on the critical path' in page
     assert "two runs compared" in capsys.readouterr().out
 
@@ -196,3 +199,11 @@ def test_two_folders_of_different_ranks_are_one_runs_nodes(tmp_path):
             shutil.copy(f, node)
     assert not are_two_runs(nodes)
     assert are_two_runs([files, files])
+
+
+def test_two_runs_of_too_few_steps_for_an_interval_end_in_a_message(tmp_path, capsys):
+    run = next(RECORDINGS_ROOT.glob("ddp-[0-9a-f]*/files"))  # lesson 3's run: 3 steps
+    assert main([str(run), str(run), "--out", str(tmp_path / "r.html")]) == 2
+    said = capsys.readouterr().err
+    assert "3 and 3 steps are too few for a 95% interval: profile more steps" in said
+    assert not (tmp_path / "r.html").exists()

@@ -250,6 +250,9 @@ REPLAY_MISSES = {
     # (90 % within 1.6 ms) in steps of 22-54 ms, and the replay ends a collective on every rank
     # at its last arrival plus its transfer (0.4, 11.6 and 22.2 % on its three steps)
     "tp-layer": 0.3,
+    # recorded 2026-11-29, when this job's steps took about 90 ms (234 ms in the older
+    # recordings): its last step replays 8-12 ms shorter than measured on both ranks (9.9 %)
+    "ddp-normal-again": 0.15,
 }
 
 

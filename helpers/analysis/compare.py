@@ -83,7 +83,8 @@ def step_shift(
     two samples from one distribution stays below with probability at most ``alpha / 2``: an
     interval that holds the true shift in at least ``1 - alpha`` of runs whose values vary
     independently around their run's level. Raises ValueError with fewer than 2 values in
-    either, or when no interval of that confidence exists for so few (2 and 2: at most 67 %)."""
+    either, or when no interval of that confidence exists for so few (at 95 %: 4 and 4 at
+    least, or 3 and 5, or 2 and 8)."""
     before = np.asarray(before, dtype=float)
     after = np.asarray(after, dtype=float)
     n, m = len(before), len(after)
@@ -163,7 +164,8 @@ def compare_runs(
         A :class:`RunComparison`.
 
     Raises:
-        ValueError: a run without steps, or with too few to compare (fewer than 3 in all).
+        ValueError: a run without steps, or too few steps for a 95 % interval (4 and 4 is the
+            least; 3 and 5, or 2 and 8, will do).
     """
     runs = [_events_of(run, label) for run, label in ((before, "before"), (after, "after"))]
     paths = [critical_path(events, window=window) for events in runs]
@@ -172,7 +174,9 @@ def compare_runs(
     steps = _steps_table(*walls, noise_ms)
     held = _held_table(paths, [len(w) for w in walls])
     ops = _ops_table(runs, [len(w) for w in walls])
-    predicted = None if prediction is None else _prediction_table(prediction, runs[1], noise_ms)
+    predicted = None
+    if prediction is not None:  # the runs' noise, on the scale of the run it is set beside
+        predicted = _prediction_table(prediction, runs[1], run_noise * float(walls[1].median()))
     cautions = _cautions(runs, walls)
     return RunComparison(steps, held, ops, predicted, cautions, _verdict(steps, held, predicted))
 
@@ -256,11 +260,15 @@ def _prediction_table(prediction: pd.Series, after: pd.DataFrame, noise_ms: floa
     over ranks of a rank's step, as :func:`helpers.what_if` predicts them)."""
     from .steps import step_times
 
-    measured = step_times(after).median(axis=1)
-    shift, low, high = step_shift(prediction.to_numpy(), measured.to_numpy())
+    measured = step_times(after).median(axis=1).dropna()
+    predicted = prediction.dropna()
+    try:
+        shift, low, high = step_shift(predicted.to_numpy(), measured.to_numpy())
+    except ValueError as err:
+        raise ValueError(f"the prediction against the second run: {err}") from None
     return pd.DataFrame(
         {
-            "predicted_ms": [float(prediction.median())],
+            "predicted_ms": [float(predicted.median())],
             "measured_ms": [float(measured.median())],
             "shift_ms": [shift],
             "low_ms": [low],
@@ -313,12 +321,13 @@ def _verdict(steps: pd.DataFrame, held: pd.DataFrame, prediction: pd.DataFrame |
         word = "fell" if change["shift_ms"] < 0 else "rose"
         top = held.iloc[0]
         share = top["change_ms"] / change["mean_ms"] if change["mean_ms"] else np.nan
+        most = "most of it" if share > 0.5 else "part of it"
         said = (
-            f"The step {word} by {abs(change['shift_ms']):.1f} ms ({interval}): from "
-            f"{before:.1f} to {after:.1f} ms (median). Most of the change is rank "
-            f"{top['rank']}'s {top['name']} ({top['kind']}) on the critical path: "
-            f"{top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, {share:.0%} of the "
-            "change in the mean step."
+            f"The steps {word} by {abs(change['shift_ms']):.1f} ms (their shift; interval "
+            f"{interval}): the median step went from {before:.1f} to {after:.1f} ms. The "
+            f"largest change on the critical path is rank {top['rank']}'s {top['name']} "
+            f"({top['kind']}): {top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, "
+            f"{share:.0%} of the change in the mean step ({most})."
         )
     if prediction is not None:
         row = prediction.iloc[0]
@@ -326,11 +335,12 @@ def _verdict(steps: pd.DataFrame, held: pd.DataFrame, prediction: pd.DataFrame |
         side = "below" if row["shift_ms"] < 0 else "above"
         said += (
             f" The what-if predicted {row['predicted_ms']:.1f} ms; the run measured "
-            f"{row['measured_ms']:.1f} ms ("
+            f"{row['measured_ms']:.1f} ms (both the median over steps of the median over ranks, "
+            "as the what-if predicts them; "
             + (
-                "within the noise of its steps"
+                "within the noise"
                 if within
-                else f"{abs(row['shift_ms']):.1f} ms {side} the prediction, beyond its steps' noise"
+                else f"{abs(row['shift_ms']):.1f} ms {side} the prediction, beyond the noise"
             )
             + ")."
         )

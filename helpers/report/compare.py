@@ -56,7 +56,11 @@ def build_comparison(before: str | Path, after: str | Path) -> Report:
                 f"{show_path(Path(folder))}: the {label} run has no profiler steps to compare; "
                 "profile both runs with a schedule and prof.step() after each step"
             )
-    compared = compare_runs(*runs)
+    try:
+        compared = compare_runs(*runs)
+    except ValueError as err:  # too few steps for an interval
+        where = f"{show_path(Path(before))} against {show_path(Path(after))}"
+        raise ReportError(f"{where}: {err}") from None
     steps = compared.steps.round(2)
     figure = figure_png(plot_run_comparison(compared))
     sections = [
