@@ -19,6 +19,8 @@ from helpers import (
     what_if,
     with_groups_from_flight_records,
 )
+from helpers.analysis.path import validate
+from helpers.analysis.path.lanes import lane_intervals
 from helpers.traces import load_run, load_trace
 
 GPU_TRACES = [
@@ -282,6 +284,17 @@ def test_every_recordings_path_tiles_each_step_and_its_replay_holds(folder, tmp_
     assert ((tiles - 1).abs() < 0.01).all(), tiles.to_dict()
     bound = REPLAY_MISSES.get(folder.parent.name.rsplit("-", 1)[0], 0.05)
     assert replay_error(events).max() < bound
+
+
+@pytest.mark.parametrize("folder", _recorded_runs(), ids=lambda p: p.parent.name)
+def test_every_recordings_graph_has_no_negative_lag_and_no_cycle(folder):
+    try:
+        events = load_run(folder, cache=False).events
+    except Exception:  # recordings of runs without traces of steps (RPC, debug servers)
+        pytest.skip("no trace of steps here")
+    if not (events["kind"] == "step").any():
+        pytest.skip("no profiler steps")
+    assert validate(lane_intervals(events).graph).empty
 
 
 @pytest.mark.parametrize("name", GPU_TRACES, ids=["ns-resolution", "nccl-2gpu-rank0"])

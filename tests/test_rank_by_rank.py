@@ -231,7 +231,9 @@ def _runs_with_steps() -> list:
     for folder in sorted([*RECORDINGS_ROOT.glob("*/files"), *RECORDINGS_ROOT.glob("gpu/*/files")]):  # fmt: skip
         if [p for p in folder.rglob("*.json.gz") if "rank" in p.name or "trace" in p.name]:
             found.append(pytest.param(folder, id=folder.parent.name))
-    for name in ("h200-streams", "hang-with-traces", "mesh-straggler", "pipeline-gpipe-3"):
+    # pipeline-send-in-its-call: a live run of lesson 13's 1F1B job whose send's record ended
+    # in the c10d::send that issued it (the path strung rank by rank lost 120 ms there)
+    for name in ("h200-streams", "hang-with-traces", "mesh-straggler", "pipeline-gpipe-3", "pipeline-send-in-its-call"):  # fmt: skip
         found.append(pytest.param(REPO / "tests" / "data" / name, id=name))
     return found
 

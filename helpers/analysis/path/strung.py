@@ -258,7 +258,7 @@ class _Stringer:
         row = graph.row_of(rank, *port)
         start, kind, name = pieces.port[port]
         edge = graph.graph.binding[2 * row + 1] if row >= 0 else -1
-        if edge < 0 or DEPENDENCIES[graph.graph.dependency[edge]].own_time:
+        if edge < 0 or DEPENDENCIES[graph.graph.dependency[edge]].own_time or self._in_itself(row, edge):  # fmt: skip
             # a collective not matched on every rank, a wait not paired or one that began once
             # its data was there: its own time, then on from its start
             _add(totals, (rank, kind, name), step, t - max(start, lo))
@@ -277,6 +277,18 @@ class _Stringer:
         what = (graph.ports["key"].iat[j], int(graph.ports["index"].iat[j])) if kind == "collective" else label  # fmt: skip
         walk = self.of(other).walk_at.get((origin, what), -1)
         return (other, walk, self._begin_at(other, walk, begin)), begin
+
+    def _in_itself(self, row: int, edge: int) -> bool:
+        """Whether the binding ``edge`` into port ``row`` is a call still under way on the port's
+        own lane (a send's record waiting on the thread whose ``c10d::send`` issued it): the
+        whole run's walk goes on in that call at the port's end, on that lane, which is the
+        port itself, so it takes the port's own time."""
+        graph = self.graph.graph
+        if not graph.during[edge]:
+            return False
+        j = int(graph.behind(graph.source[[edge]])[0]) // 2
+        ports = self.graph.ports
+        return bool(ports["rank"].iat[j] == ports["rank"].iat[row] and ports["lane"].iat[j] == ports["lane"].iat[row])  # fmt: skip
 
     def _begin_at(self, rank: int, walk: int, t: float) -> int:
         """The piece of ``walk`` of ``rank`` that holds the moment just before ``t``."""
