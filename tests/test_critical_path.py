@@ -269,16 +269,21 @@ def _with_groups(events: pd.DataFrame, folder, tmp_path) -> pd.DataFrame:
     return with_groups_from_flight_records(events, load_flight_records(tmp_path))
 
 
-@pytest.mark.filterwarnings("ignore:this trace has nccl")  # the rehearsal's one NCCL rank
-@pytest.mark.parametrize("folder", _recorded_runs(), ids=lambda p: p.parent.name)
-def test_every_recordings_path_tiles_each_step_and_its_replay_holds(folder, tmp_path):
+def _recorded_steps(folder) -> pd.DataFrame:
+    """The recording's events; the test skips a recording without traces of profiler steps."""
     try:
         events = load_run(folder, cache=False).events
     except Exception:  # recordings of runs without traces of steps (RPC, debug servers)
         pytest.skip("no trace of steps here")
     if not (events["kind"] == "step").any():
         pytest.skip("no profiler steps")
-    events = _with_groups(events, folder, tmp_path)
+    return events
+
+
+@pytest.mark.filterwarnings("ignore:this trace has nccl")  # the rehearsal's one NCCL rank
+@pytest.mark.parametrize("folder", _recorded_runs(), ids=lambda p: p.parent.name)
+def test_every_recordings_path_tiles_each_step_and_its_replay_holds(folder, tmp_path):
+    events = _with_groups(_recorded_steps(folder), folder, tmp_path)
     path = critical_path(events)
     tiles = _tiles(path, events)
     assert ((tiles - 1).abs() < 0.01).all(), tiles.to_dict()
@@ -288,13 +293,7 @@ def test_every_recordings_path_tiles_each_step_and_its_replay_holds(folder, tmp_
 
 @pytest.mark.parametrize("folder", _recorded_runs(), ids=lambda p: p.parent.name)
 def test_every_recordings_graph_has_no_negative_lag_and_no_cycle(folder):
-    try:
-        events = load_run(folder, cache=False).events
-    except Exception:  # recordings of runs without traces of steps (RPC, debug servers)
-        pytest.skip("no trace of steps here")
-    if not (events["kind"] == "step").any():
-        pytest.skip("no profiler steps")
-    assert validate(lane_intervals(events).graph).empty
+    assert validate(lane_intervals(_recorded_steps(folder)).graph).empty
 
 
 @pytest.mark.parametrize("name", GPU_TRACES, ids=["ns-resolution", "nccl-2gpu-rank0"])

@@ -29,12 +29,15 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
+from ..traces import load_run
 from ..traces.kinds import event_names
 from .path import critical_path, step_windows
+from .steps import step_times
 
 __all__ = ["RunComparison", "compare_runs", "step_shift", "within_noise", "RUN_NOISE"]
 
@@ -107,7 +110,7 @@ def _mann_whitney_k(n: int, m: int, alpha: float) -> int:
     sizes ``n`` and ``m`` from one continuous distribution (exact up to 2,500 pairs, else the
     normal approximation)."""
     if n * m > 2500:
-        z = _normal_quantile(1 - alpha / 2)
+        z = NormalDist().inv_cdf(1 - alpha / 2)
         return max(0, math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12)))
     below = np.cumsum(_mann_whitney_distribution(n, m))  # P(U <= u)
     return int(np.searchsorted(below, alpha / 2 + 1e-12, side="right"))
@@ -128,15 +131,6 @@ def _mann_whitney_distribution(n: int, m: int) -> np.ndarray:
             current[j] = p
         rows = current
     return rows[m]
-
-
-def _normal_quantile(q: float) -> float:
-    """The standard normal distribution's quantile (by bisection of math.erf)."""
-    low, high = -10.0, 10.0
-    for _ in range(100):
-        mid = (low + high) / 2
-        low, high = (mid, high) if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q else (low, mid)
-    return (low + high) / 2
 
 
 def compare_runs(
@@ -185,8 +179,6 @@ def _events_of(run: pd.DataFrame | str | Path, label: str) -> pd.DataFrame:
     """The events of ``run``, loaded from its folder when given one."""
     if isinstance(run, pd.DataFrame):
         return run
-    from ..traces import load_run  # the traces' room comes before this one
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         events = load_run(run, cache=False).events
@@ -258,8 +250,6 @@ def _ops_table(runs: list[pd.DataFrame], steps: list[int]) -> pd.DataFrame:
 def _prediction_table(prediction: pd.Series, after: pd.DataFrame, noise_ms: float) -> pd.DataFrame:
     """A what-if's predicted steps beside the steps the second run measured (each the median
     over ranks of a rank's step, as :func:`helpers.what_if` predicts them)."""
-    from .steps import step_times
-
     measured = step_times(after).median(axis=1).dropna()
     predicted = prediction.dropna()
     try:
