@@ -89,22 +89,34 @@ def test_pytorchs_analyser_beside_the_series_on_every_case():
 # ------------------------------------------------------------ small dumps written here
 
 
-def write_dumps(folder: Path, groups: dict[str, tuple[str, list[int]]], calls: dict) -> Path:
+def write_dumps(
+    folder: Path, groups: dict[str, tuple[str, list[int]]], calls: dict, status: dict | None = None
+) -> Path:
     """One JSON dump per rank of ``calls`` (``{rank: [(group, seq), ...]}``, in the order issued,
-    with a state as NCCL records it where a third item gives one; an empty list: an empty dump),
-    every group listed with its ranks in ``pg_config``."""
+    each made 1 ms after the one before, with a state as NCCL records it where a third item gives
+    one and a time in ms where a fourth does; an empty list: an empty dump), every group listed
+    with its ranks in ``pg_config``. ``status``: ``{rank: {group: (enqueued, completed)}}``, the
+    ``pg_status`` NCCL writes (keyed by each group's number in the process)."""
     config = {g: {"name": g, "desc": d, "ranks": str(r)} for g, (d, r) in groups.items()}
+    pg_id = {g: i for i, g in enumerate(groups)}
     for rank, issued in calls.items():
         entries = []
-        for i, (group, seq, *state) in enumerate(issued):
+        for i, (group, seq, *more) in enumerate(issued):
+            state, ms = (*more, i + 1)[:2] if more else ("scheduled", i + 1)
             op = "all_to_all" if groups[group][0] == "ep" else "all_reduce"
             entries.append({
                 "collective_seq_id": seq, "profiling_name": f"nccl:{op}", "input_sizes": [[16]],
-                "process_group": [group, groups[group][0]], "is_p2p": False,
-                "time_created_ns": 1_000_000 * (i + 1), "state": (state or ["scheduled"])[0],
+                "process_group": [group, groups[group][0]], "pg_id": pg_id[group],
+                "is_p2p": False, "time_created_ns": int(1_000_000 * ms), "state": state,
             })  # fmt: skip
         dump = {"version": "2.10", "pg_config": config}  # as gloo writes them; no entries: empty
         dump.update({"entries": entries} if entries else {})
+        if status and rank in status:
+            dump["pg_status"] = {
+                str(pg_id[g]): {"last_enqueued_collective": e, "last_started_collective": -1,
+                                "last_completed_collective": c}
+                for g, (e, c) in status[rank].items()
+            }  # fmt: skip
         (folder / f"fr_{rank}").write_text(json.dumps(dump))
     return folder
 
@@ -221,3 +233,116 @@ def test_a_fresh_run_of_the_job_is_named_and_followed_as_the_kept_ones(tmp_path)
     assert drawn_back == drawn
     assert first_mismatch(records).culprits == [1]
     assert "for rank 1, which never joined it" in wait_chains(records)[0]
+
+
+# ------------------------------------------------ a dump is a ring buffer: behind, not absent
+
+TP2, DP2 = ("tp", [0, 1]), ("dp", [0, 1])
+RULES = {
+    # gloo-like (no states): rank 0's entries before #5 are evicted, it never called #9
+    "evicted entries are not missing ones": (
+        {"1": TP2},
+        {0: [("1", n) for n in range(5, 9)], 1: [("1", n) for n in range(3, 10)]},
+        None,
+        ("missing", "1", 9, [0]),
+    ),
+    # three ranks whose buffers start past #4 called it; the one behind, at #8, never called #9
+    "three ranks ahead, one behind": (
+        {"1": ("ep", [0, 1, 2, 3])},
+        {
+            0: [("1", n) for n in range(7, 10)],
+            1: [("1", n) for n in range(7, 10)],
+            2: [("1", n) for n in range(7, 10)],
+            3: [("1", n) for n in range(4, 9)],
+        },  # fmt: skip
+        None,
+        ("missing", "1", 9, [3]),
+    ),
+    # rank 0 waits in tp #2 for rank 1, which waits in dp #1 for rank 0: rank 0 stopped first
+    "a cycle across two groups": (
+        {"1": TP2, "2": DP2},
+        {
+            0: [("1", 1, "completed"), ("1", 2, "started")],
+            1: [("1", 1, "completed"), ("2", 1, "started", 3)],
+        },  # fmt: skip
+        None,
+        ("missing", "2", 1, [0]),
+    ),
+    # NCCL: rank 0's #5 started and never completed, while its peers completed it and went on
+    "started but not completed, where the peers completed it": (
+        {"1": ("ep", [0, 1, 2])},
+        {
+            0: [("1", 5, "started"), ("1", 6)],
+            1: [("1", 5, "completed"), ("1", 6, "started")],
+            2: [("1", 5, "completed"), ("1", 6, "started")],
+        },  # fmt: skip
+        None,
+        ("failed", "1", 5, [0]),
+    ),
+    # NCCL dumps of the collectives still under way only, and pg_status: rank 0 completed tp
+    # #2 and stopped inside #3, which rank 1 completed before it waited in #4 for rank 0
+    "only the active entries, with pg_status": (
+        {"1": TP2},
+        {0: [("1", 3)], 1: [("1", 4)]},
+        {0: {"1": (3, 2)}, 1: {"1": (4, 3)}},
+        ("missing", "1", 4, [0]),
+    ),
+}
+
+
+@pytest.mark.parametrize("groups, calls, status, verdict", RULES.values(), ids=RULES.keys())
+def test_the_rank_behind_is_blamed_never_one_whose_entry_was_evicted(tmp_path, groups, calls, status, verdict):  # fmt: skip
+    mismatch = first_mismatch(load_flight_records(write_dumps(tmp_path, groups, calls, status)))
+    assert (mismatch.kind, mismatch.group, mismatch.seq, mismatch.culprits) == verdict, str(
+        mismatch
+    )
+
+
+def test_a_rank_stopped_inside_a_collective_its_peers_completed_is_named_a_failure(tmp_path):
+    groups, calls, status, _ = RULES["only the active entries, with pg_status"]
+    records = load_flight_records(write_dumps(tmp_path, groups, calls, status))
+    mismatch = first_mismatch(records)
+    assert mismatch.failed == {0: "group 1 (tp)'s all_reduce #3"}
+    assert "rank 0 stopped in group 1 (tp)'s all_reduce #3, which its peers completed" in str(mismatch)  # fmt: skip
+    assert wait_chains(records) == [
+        "rank 0 stopped in group 1 (tp)'s all_reduce #3, which rank 1 completed: a failure on "
+        "rank 0 (a GPU error, a dead link)",
+        "rank 1 waits in group 1 (tp)'s all_reduce #4 for rank 0, which stopped in group 1 "
+        "(tp)'s all_reduce #3",
+    ]
+
+
+def test_a_cycle_of_waits_names_the_rank_that_stopped_first_and_why(tmp_path):
+    groups, calls, status, _ = RULES["a cycle across two groups"]
+    records = load_flight_records(write_dumps(tmp_path, groups, calls, status))
+    why = (
+        "the waits form a cycle (ranks 0 and 1): rank 0 stopped first, in group 1 (tp)'s "
+        "all_reduce #2, issued 1.0 ms before rank 1 stopped; rank 1 waits for it"
+    )
+    assert first_mismatch(records).why == why
+    assert why in wait_chains(records)
+
+
+def test_an_all_to_all_whose_sizes_differ_by_rank_is_one_collective(tmp_path):
+    # an expert-parallel all_to_all sends what each rank routes: the sizes differ by design
+    write_dumps(tmp_path, {"1": ("ep", [0, 1])}, {0: [("1", 1)], 1: [("1", 1)]})
+    dump = json.loads((tmp_path / "fr_1").read_text())
+    dump["entries"][0]["input_sizes"] = [[4027, 5120]]
+    (tmp_path / "fr_1").write_text(json.dumps(dump))
+    assert first_mismatch(load_flight_records(tmp_path)) is None
+
+
+NVRX = REPO.parent / "shared" / "real-traces" / "nvrx-fr" / "gpu_error_1st"
+
+
+@pytest.mark.skipif(not NVRX.is_dir(), reason="needs ../shared/real-traces/nvrx-fr")
+def test_a_real_16_gpu_hang_names_the_rank_the_reference_names():
+    # NVIDIA's and PyTorch's analysers: group 74 (expert parallel), all_to_all, missing rank 12;
+    # the fault log: a GPU error on ranks 12 and 14
+    records = load_flight_records(NVRX, prefix="_dump_")
+    mismatch = first_mismatch(records)
+    assert (mismatch.group, mismatch.desc, mismatch.seq) == ("74", "EXPERT_MODEL_PARALLEL_GROUP", 20537)  # fmt: skip
+    assert (mismatch.kind, mismatch.culprits) == ("missing", [12])
+    assert mismatch.calls[13] == "nccl:all_to_all [[4027, 5120]]"
+    assert sorted(mismatch.failed) == [12, 14]
+    assert not any("cycle" in c for c in wait_chains(records))

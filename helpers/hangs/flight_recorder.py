@@ -200,8 +200,10 @@ def load_flight_records(
     (``default_pg``, ``mesh_tp``), ``p2p, p2p_seq`` (a send or receive, numbered apart),
     ``created_ns`` and ``created_ms`` (ms since the earliest entry of any rank); each rank's
     rows in the order it issued them.
-    ``records.attrs`` keeps ``ranks`` (every rank with a dump, an empty one too) and
-    ``members`` (the groups' ranks as the dumps list them), for :func:`first_mismatch`.
+    ``records.attrs`` keeps ``ranks`` (every rank with a dump, an empty one too),
+    ``members`` (the groups' ranks as the dumps list them) and ``progress`` (``{(rank, group):
+    (enqueued, completed)}``, the last collective each group of an NCCL dump issued and the last
+    it completed), for :func:`first_mismatch`.
     expect_ranks: ranks whose dump must be there; a missing one is an error naming it.
     Each dump is read safely (see the module's docstring).
     """
@@ -212,11 +214,13 @@ def load_records_and_dumps(
     folder: str | Path, expect_ranks: Iterable[int] | None, prefix: str | None
 ) -> tuple[pd.DataFrame, dict[int, dict]]:
     """:func:`load_flight_records`' frame, and each rank's dump as read."""
-    rows, members, dumps = [], {}, {}
+    rows, members, dumps, progress = [], {}, {}, {}
     paths = _dump_paths(folder, expect_ranks, prefix)
     for rank, path in paths.items():
         dump = dumps[rank] = _read_dump(path, rank)
         rows += (mine := _rows(dump, path, rank))
+        for group, counts in _progress(dump).items():
+            progress[(rank, group)] = counts
         for group, ranks in _listed_members(dump, {row["group"] for row in mine}).items():
             members.setdefault(group, set()).update(ranks)
     records = pd.DataFrame(
@@ -242,7 +246,33 @@ def load_records_and_dumps(
     records["created_ms"] = (records["created_ns"] - records["created_ns"].min()) / 1e6
     records.attrs["ranks"] = sorted(paths)
     records.attrs["members"] = {g: sorted(r) for g, r in members.items()}
+    records.attrs["progress"] = progress
     return records, dumps
+
+
+def _progress(dump: dict) -> dict[str, tuple[int, int]]:
+    """``{group: (enqueued, completed)}``: the sequence numbers of the last collective each group
+    of an NCCL dump issued and the last its watchdog saw complete (its ``pg_status``), for the
+    groups its entries name (``pg_status`` is keyed by a number local to the process, which only
+    the entries tie to a group). Empty for gloo's dumps: torch 2.14's gloo says a collective
+    completed when it timed out, and its entries stay "scheduled"."""
+    status, named = dump.get("pg_status"), {}
+    for entry in dump["entries"]:
+        if (
+            str(entry.get("profiling_name", "")).startswith("nccl:")
+            and entry.get("pg_id") is not None
+        ):
+            named[str(entry["pg_id"])] = str((entry.get("process_group") or ("",))[0])
+    found = {}
+    for pg_id, counts in status.items() if isinstance(status, dict) else ():
+        try:
+            enqueued = int(counts["last_enqueued_collective"])
+            completed = int(counts["last_completed_collective"])
+        except (KeyError, TypeError, ValueError):
+            continue  # an older dump without them: the entries' states say what they can
+        if str(pg_id) in named:
+            found[named[str(pg_id)]] = (enqueued, completed)
+    return found
 
 
 def _listed_members(dump: dict, groups: set[str]) -> dict[str, list[int]]:

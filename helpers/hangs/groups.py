@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from .positions import Positions, positions, without_dumps
+from .positions import Positions, collective_calls, positions, without_dumps
 
 __all__ = [
     "group_members",
@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 DEFAULT_GROUP = "default_pg"  # the description torch gives the group of init_process_group
+# What a member called, said of one whose entry is gone from its dump though it has later ones.
+EVICTED = "called it (its entry is gone from the dump)"
 
 
 def job_ranks(records: pd.DataFrame, ranks: list[int] | None) -> list[int]:
@@ -88,12 +90,6 @@ def group_descriptions(records: pd.DataFrame) -> dict[str, str]:
     return dict(records[["group", "group_desc"]].drop_duplicates("group").itertuples(index=False))
 
 
-def collective_calls(records: pd.DataFrame) -> pd.DataFrame:
-    """Collectives only (no point-to-point), with ``call`` = the op and its input sizes."""
-    rows = records[~records["p2p"].astype(bool)]
-    return rows.assign(call=rows["op"] + " " + rows["input_sizes"])
-
-
 def _expected(seen: dict[int, str | None], siblings: Counter) -> str:
     """The call a group's members should all have made: the most common among them; on a tie,
     the one most common in the groups of the same description at that number (they run the
@@ -106,28 +102,33 @@ def _expected(seen: dict[int, str | None], siblings: Counter) -> str:
     return tied[0]
 
 
-def _first_disagreement(calls: pd.DataFrame, members: list[int], siblings: dict) -> dict | None:
+def _first_disagreement(calls: pd.DataFrame, group: str, members: list[int], siblings: dict, at: Positions) -> dict | None:  # fmt: skip
     """Where the members of one group first disagree (seq, kind, calls, culprits, callers,
-    since_ms), or None."""
-    table = calls.pivot_table(index="seq", columns="rank", values="call", aggfunc="first")
-    table = table.reindex(columns=members)
+    since_ms), or None. A member with no entry at a number it has passed (``at.called``) called
+    it: its entry was evicted; it is neither a culprit nor a vote."""
+    keys = calls.pivot_table(index="seq", columns="rank", values="key", aggfunc="first")
+    shown = calls.pivot_table(index="seq", columns="rank", values="call", aggfunc="first")
+    keys, shown = keys.reindex(columns=members), shown.reindex(columns=members)
     since = calls.groupby("seq")["created_ms"].min()
-    for seq, row in table.iterrows():
-        if row.notna().all() and row.nunique() == 1:
+    for seq, row in keys.iterrows():
+        absent = [int(r) for r, v in row.items() if pd.isna(v) and not at.called(int(r), group, seq)]  # fmt: skip
+        known = {int(r): v for r, v in row.items() if not pd.isna(v)}
+        if not absent and len(set(known.values())) == 1:
             continue
-        seen = {int(r): (None if pd.isna(v) else v) for r, v in row.items()}
-        expected = _expected(seen, siblings.get(seq, Counter()))
-        if None in seen.values():
+        voters = {**known, **dict.fromkeys(absent)}
+        expected = _expected(voters, siblings.get(seq, Counter()))
+        if absent:
             kind = "missing"
         else:
-            ops = {v.split(" ", 1)[0] for v in seen.values()}
+            ops = {v.split(" ", 1)[0] for v in known.values()}
             kind = "different collective" if len(ops) > 1 else "different sizes"
+        said = {int(r): (None if pd.isna(v) else v) for r, v in shown.loc[seq].items()}
         return {
             "seq": int(seq),
             "kind": kind,
-            "calls": seen,
-            "culprits": [r for r, v in seen.items() if v != expected],
-            "callers": [r for r, v in seen.items() if v is not None],
+            "calls": {r: EVICTED if v is None and r not in absent else v for r, v in said.items()},
+            "culprits": [r for r in said if r in absent or (r in known and known[r] != expected)],
+            "callers": [r for r in said if r not in absent],
             "since_ms": float(since[seq]),
         }
     return None
@@ -146,19 +147,24 @@ def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.Da
     others did), ``waiting`` (the members that called it and wait), ``calls`` (what each member
     called there), ``since_ms`` (when it was first called), ``order`` (where that collective
     comes in the program, as the rank that recorded the most ran it),
-    ``culprits_waiting_in`` (``{culprit: group}`` for each culprit stuck in another group),
+    ``culprits_waiting_in`` (``{culprit: group}`` for each culprit stuck in another group; a rank
+    inside a failure, :func:`failed_inside`, waits nowhere),
     ``root`` (True where a culprit waits nowhere: the disagreement starts here).
+    A member with no entry at a collective, but later ones in the group, called it (its entry
+    was evicted from the dump's ring buffer): only a member whose newest is before it is
+    missing.
     ranks: the ranks of the job (default: every rank with a dump).
     """
     calls = collective_calls(records)
     desc = group_descriptions(records)
     members = group_members(records, ranks)
+    at = positions(calls, records.attrs.get("progress"))
     siblings = {
-        d: calls[calls["group_desc"] == d].groupby("seq")["call"].agg(Counter).to_dict()
+        d: calls[calls["group_desc"] == d].groupby("seq")["key"].agg(Counter).to_dict()
         for d in set(desc.values()) - {""}
     }
     rows = [
-        _group_row(group, desc.get(group, ""), in_group, calls, siblings)
+        _group_row(group, desc.get(group, ""), in_group, calls, siblings, at)
         for group, in_group in members.items()
     ]
     states = pd.DataFrame(rows).astype({"seq": "Int64", "since_ms": "float64"})
@@ -166,7 +172,7 @@ def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.Da
     states["order"] = [
         program.get((row.desc, row.seq), len(program)) for row in states.itertuples()
     ]
-    stuck_in = _where_ranks_wait(positions(calls), states)
+    stuck_in = _where_ranks_wait(at, states, failed_inside(at, members))
     states["culprits_waiting_in"] = [
         {r: stuck_in[r] for r in row.culprits if r in stuck_in and stuck_in[r] != row.group}
         for row in states.itertuples()
@@ -181,10 +187,10 @@ def group_states(records: pd.DataFrame, ranks: list[int] | None = None) -> pd.Da
     return states
 
 
-def _group_row(group: str, desc: str, members: list[int], calls, siblings: dict) -> dict:
+def _group_row(group: str, desc: str, members: list[int], calls, siblings: dict, at: Positions) -> dict:  # fmt: skip
     """One row of :func:`group_states`, before the columns that need every group."""
     mine = calls[calls["group"] == group]
-    found = _first_disagreement(mine, members, siblings.get(desc, {})) or {}
+    found = _first_disagreement(mine, group, members, siblings.get(desc, {}), at) or {}
     return {
         "group": group,
         "desc": desc,
@@ -234,9 +240,10 @@ def members_unknown_warning(records: pd.DataFrame, states: pd.DataFrame, ranks: 
         )
 
 
-def _where_ranks_wait(at: Positions, states: pd.DataFrame) -> dict[int, str]:
+def _where_ranks_wait(at: Positions, states: pd.DataFrame, failed: dict[int, Any]) -> dict[int, str]:  # fmt: skip
     """``{rank: group}`` for each rank whose collective where it is (``at``) is one its group
-    disagrees on, or one the dumps say never completed (so it is still waiting there)."""
+    disagrees on, or one the dumps say never completed (so it is still waiting there); a rank
+    inside a failure (``failed``) waits for nobody."""
     unresolved = {
         (row.group, row.seq)
         for row in states.itertuples()
@@ -245,8 +252,22 @@ def _where_ranks_wait(at: Positions, states: pd.DataFrame) -> dict[int, str]:
     return {
         int(r.rank): r.group
         for r in at.where.itertuples()
-        if any(g == r.group and r.seq >= seq for g, seq in unresolved) or at.unfinished(r)
+        if int(r.rank) not in failed
+        and (any(g == r.group and r.seq >= seq for g, seq in unresolved) or at.unfinished(r))
     }
+
+
+def failed_inside(at: Positions, members: dict[str, list[int]]) -> dict[int, Any]:
+    """``{rank: its entry}`` for each rank inside a failure: the collective where it is (its
+    first that did not complete) is one that every other member of the group completed, as
+    NCCL's dumps say. Its peers got through; its own work stopped there (a GPU error, a dead
+    link, a process killed inside it). Empty for dumps that do not say what completed (gloo's)."""
+    failed = {}
+    for r in at.where.itertuples() if at.tracked else ():
+        others = [m for m in members.get(r.group, []) if m != r.rank]
+        if at.unfinished(r) and others and all(at.completed_by(m, r.group, r.seq) for m in others):
+            failed[int(r.rank)] = r
+    return failed
 
 
 def _waited_for(at: Positions, members: dict[str, list[int]], gone: set[int]) -> dict | None:
@@ -266,7 +287,7 @@ def _never_completed(at: Positions, members: dict[str, list[int]]) -> dict | Non
     for r in at.where.itertuples():
         place = (r.group, r.seq)
         called = {m: at.seen.get((m, *place)) for m in members.get(r.group, [])}
-        inside = all(c == r.call and at.at.get(m) == place for m, c in called.items())
+        inside = all(at.keys.get((m, *place)) == r.key and at.at.get(m) == place for m in called)
         if at.unfinished(r) and inside:
             return {"group": r.group, "seq": int(r.seq), "calls": called}
     return None
@@ -277,7 +298,8 @@ class Mismatch:
     """Where the ranks' collectives first disagree.
 
     ``seq``: the sequence number (in ``group``); ``kind``: ``"different collective"``,
-    ``"different sizes"``, ``"missing"`` (some ranks never called it), ``"empty dump"``, or
+    ``"different sizes"``, ``"missing"`` (some ranks never called it), ``"empty dump"``,
+    ``"failed"`` (nobody waits, but a rank stopped in a collective its peers completed), or
     ``"never completed"`` (every member called it, and NCCL's dumps say it had not completed
     when they were written: the rank at fault is inside it, and the dumps cannot say which;
     ``culprits`` then names only ranks without a dump or with an empty one);
@@ -285,7 +307,10 @@ class Mismatch:
     ``culprits``: the ranks that differ from the others (ranks with an empty dump first);
     ``group``, ``desc``: the process group's name and description (``"0"``, ``"default_pg"``);
     ``empty_dumps``: ranks with no entry at all, whether their dump is empty or missing;
-    ``no_dumps``: those of them that left no dump (killed, or dead before writing one).
+    ``no_dumps``: those of them that left no dump (killed, or dead before writing one);
+    ``failed``: ``{rank: where}`` for each rank inside a failure (:func:`failed_inside`: it
+    stopped in a collective its peers completed), where it stopped;
+    ``why``: how the verdict was chosen where the waits form a cycle ("" otherwise).
     """
 
     seq: int
@@ -296,6 +321,8 @@ class Mismatch:
     desc: str = ""
     empty_dumps: list[int] = field(default_factory=list)
     no_dumps: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    why: str = ""
 
     def __str__(self) -> str:
         said = "; ".join(f"rank {r}: {c or 'nothing'}" for r, c in self.calls.items())
@@ -310,11 +337,19 @@ class Mismatch:
             ]
             if ranks
         )  # fmt: skip
+        failed = "; ".join(f"rank {r} stopped in {at}" for r, at in self.failed.items())
+        if failed:
+            failed = (
+                f"; {failed}, which {'its peers' if len(self.failed) == 1 else 'their peers'} "
+                f"completed: a failure on {'that rank' if len(self.failed) == 1 else 'those ranks'}"
+                " (a GPU error, a dead link)"
+            )
+        why = f"; {self.why}" if self.why else ""
         if self.group is None:
             return empty.rstrip("; ")
         if self.kind == "never completed":
-            return f"{empty}{where}; every member called it: a rank failed or hangs inside it"
-        return f"{empty}{where}; differs on rank(s) {self.culprits}"
+            return f"{empty}{where}; every member called it: a rank failed or hangs inside it{failed}{why}"  # fmt: skip
+        return f"{empty}{where}; differs on rank(s) {self.culprits}{failed}{why}"
 
 
 def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mismatch | None:
@@ -335,30 +370,64 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
     gone, empty = without_dumps(records, job)
     states = group_states(records, job)
     members_unknown_warning(records, states, ranks)
-    at, members = positions(collective_calls(records)), group_members(records, job)
+    at = positions(collective_calls(records), records.attrs.get("progress"))
+    members, desc = group_members(records, job), group_descriptions(records)
+    inside = failed_inside(at, members)
+    failed = {r: place_name(row.group, row.seq, row.op, desc) for r, row in inside.items()}
+
+    def verdict(seq: int, kind: str, calls: dict, culprits: list, group: str, why: str = ""):
+        found = [r for r in culprits if r not in empty]
+        return Mismatch(seq, kind, calls, empty + found, group, desc.get(group, ""), empty, gone, failed, why)  # fmt: skip
+
     lost = _waited_for(at, members, set(gone)) if gone else None
     if lost is not None:  # the killed rank counts as missing from #1 on: say where it was lost
-        desc = group_descriptions(records).get(lost["group"], "")
-        return Mismatch(lost["seq"], "missing", lost["calls"], empty, lost["group"], desc, empty, gone)  # fmt: skip
+        return verdict(lost["seq"], "missing", lost["calls"], [], lost["group"])
     bad = states[~states["state"].isin(["healthy", "members unknown"])].sort_values(
         ["root", "order", "since_ms"], ascending=[False, True, True]
     )
     if bad.empty or not bad.iloc[0]["root"]:
         stuck = _never_completed(at, members)
         if stuck is not None:
-            desc = group_descriptions(records).get(stuck["group"], "")
-            return Mismatch(stuck["seq"], "never completed", stuck["calls"], empty, stuck["group"], desc, empty, gone)  # fmt: skip
+            in_it = [r for r in members[stuck["group"]] if r in inside]
+            return verdict(stuck["seq"], "never completed", stuck["calls"], in_it, stuck["group"])
+    if bad.empty and inside:  # nobody waits, but a rank stopped where its peers went on
+        rank, row = min(inside.items(), key=lambda kv: kv[1].created_ns)
+        calls = {m: at.seen.get((m, row.group, row.seq)) for m in members[row.group]}
+        return verdict(int(row.seq), "failed", calls, [rank], row.group)
     if bad.empty:
         return Mismatch(0, "empty dump", {}, empty, empty_dumps=empty, no_dumps=gone) if empty else None  # fmt: skip
+    why = ""
+    if not bad.iloc[0]["root"]:  # every culprit waits in another group: the waits form a cycle
+        first, why = stopped_first(sorted(set().union(*map(set, bad["culprits"]))), at, desc)
+        bad = bad[[first in c for c in bad["culprits"]]]
     top = bad.iloc[0]
-    culprits = empty + [r for r in top["culprits"] if r not in empty]
-    return Mismatch(
-        int(top["seq"]),
-        top["state"],
-        top["calls"],
-        culprits,
-        top["group"],
-        top["desc"],
-        empty,
-        gone,
-    )
+    return verdict(int(top["seq"]), top["state"], top["calls"], top["culprits"], top["group"], why)
+
+
+def place_name(group: str, seq: int, op: str, desc: dict[str, str]) -> str:
+    """A collective as the verdicts name it: "group 5 (ep)'s all_to_all #2"."""
+    return f"group {group} ({desc.get(group) or 'no description'})'s {op.split(':')[-1]} #{seq}"
+
+
+def stopped_first(ranks: list[int], at: Positions, desc: dict[str, str]) -> tuple[int, str]:
+    """Of ``ranks`` whose waits form a cycle (each waits for another of them), the one that
+    stopped first, and why it was chosen: the one whose collective where it is (its oldest that
+    never completed, with NCCL's states; its last, with gloo's) was issued first. Every other
+    rank of the cycle issued collectives after it stopped, so it was still going then. The
+    times are the dumps' clocks (each rank's own: on several machines, as close as they are)."""
+    rows = at.where[at.where["rank"].isin(ranks)].sort_values("created_ns", kind="stable")
+    first, then = rows.iloc[0], rows.iloc[1] if len(rows) > 1 else None
+    said = f"rank {first['rank']} stopped first, in {place_name(first['group'], first['seq'], first['op'], desc)}"  # fmt: skip
+    if then is not None:
+        ahead = (then["created_ns"] - first["created_ns"]) / 1e6
+        said += f", issued {ahead:.1f} ms before rank {then['rank']} stopped"
+    others = [int(r) for r in rows["rank"].iloc[1:]]
+    verb = "waits" if len(others) == 1 else "wait"
+    return int(first["rank"]), f"the waits form a cycle ({ranks_said(sorted(ranks))}): {said}; {ranks_said(others)} {verb} for it"  # fmt: skip
+
+
+def ranks_said(ranks: list[int]) -> str:
+    """``[0, 1, 5]`` as "ranks 0, 1 and 5"; ``[4]`` as "rank 4"."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"

@@ -1,6 +1,13 @@
 """Where each rank of a hung job is, from its Flight Recorder entries: the collective it is in,
-what every rank called where, and which ranks left no dump or an empty one (read by
-:mod:`.groups` and :mod:`.chains`)."""
+what every rank called where, how far each rank got in each group, and which ranks left no dump
+or an empty one (read by :mod:`.groups` and :mod:`.chains`).
+
+A dump is a ring buffer (``TORCH_FR_BUFFER_SIZE`` entries, 2000 by default), and some tools dump
+only the collectives still under way: a rank may have no entry for a collective it did call. Its
+sequence numbers say so: each group numbers a rank's own collectives, so a rank whose newest entry
+in a group is past N has called N (its entry was evicted); only a rank whose newest is before N
+has not (:meth:`Positions.called`).
+"""
 
 from __future__ import annotations
 
@@ -8,44 +15,95 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-__all__ = ["Positions", "positions", "without_dumps"]
+__all__ = ["Positions", "collective_calls", "positions", "without_dumps", "VARYING_SIZES"]
+
+# Collectives whose inputs differ from rank to rank by design (each rank sends what it routes):
+# their members are compared by the operation only.
+VARYING_SIZES = ("all_to_all", "alltoall", "all_to_all_single", "alltoall_base", "all_to_allv")
+
+
+def collective_calls(records: pd.DataFrame) -> pd.DataFrame:
+    """Collectives only (no point-to-point), with ``call`` = the op and its input sizes, and
+    ``key`` = what the members of a group must agree on: the call, or the op alone for an
+    all-to-all (whose sizes differ by rank)."""
+    rows = records[~records["p2p"].astype(bool)]
+    call = rows["op"] + " " + rows["input_sizes"]
+    return rows.assign(
+        call=call, key=call.where(~rows["collective"].isin(VARYING_SIZES), rows["op"])
+    )
 
 
 @dataclass
 class Positions:
     """Where each rank's collectives are (rows of :func:`collective_calls`): ``seen``, what each
-    rank called at each place, ``{(rank, group, seq): call}``; ``where``, each rank's row where
-    it is (:func:`positions`); ``at``, ``{rank: (group, seq)}`` of it; ``tracked``, whether the
-    dumps say when collectives completed (NCCL's do; gloo's stay "scheduled"); ``done``, the
-    ``(rank, group, seq)`` they say completed."""
+    rank called at each place, ``{(rank, group, seq): call}`` (``keys``: the same, as
+    :func:`collective_calls`' ``key``); ``where``, each rank's row where it is
+    (:func:`positions`); ``at``, ``{rank: (group, seq)}`` of it; ``tracked``, whether the dumps say
+    when collectives completed (NCCL's do; gloo's stay "scheduled"); ``done``, the ``(rank, group,
+    seq)`` of entries they say completed; ``newest``, ``{(rank, group): seq}`` of the last
+    collective each rank issued in each group, ``completed``, of the last it completed (NCCL)."""
 
     seen: dict[tuple, str]
+    keys: dict[tuple, str]
     where: pd.DataFrame
     at: dict[int, tuple]
     tracked: bool
     done: set[tuple]
+    newest: dict[tuple, int]
+    completed: dict[tuple, int]
+
+    def finished(self, row) -> bool:
+        """Whether the dumps say that ``row`` (an entry) completed."""
+        last = self.completed.get((int(row.rank), row.group), -1)
+        return row.state == "completed" or row.seq <= last
 
     def unfinished(self, row) -> bool:
         """Whether the dumps say that ``row`` (an entry) had not completed."""
-        return self.tracked and row.state != "completed"
+        return self.tracked and not self.finished(row)
+
+    def called(self, rank: int, group: str, seq: int) -> bool:
+        """Whether ``rank`` issued collective ``seq`` of ``group``: it has an entry there, or a
+        later one (the entry was evicted from its ring buffer, or left out as completed)."""
+        return (rank, group, seq) in self.seen or self.newest.get((rank, group), 0) >= seq
+
+    def completed_by(self, rank: int, group: str, seq: int) -> bool:
+        """Whether the dumps say that ``rank`` completed collective ``seq`` of ``group``."""
+        return (rank, group, seq) in self.done or self.completed.get((rank, group), -1) >= seq
 
 
-def positions(calls: pd.DataFrame) -> Positions:
+def positions(calls: pd.DataFrame, progress: dict | None = None) -> Positions:
     """Where each rank is: with NCCL's states, its first collective that did not complete (its
-    last when all did; one queued behind it is not where it waits); with gloo's, its last."""
+    last when all did; one queued behind it is not where it waits); with gloo's, its last.
+    ``progress``: ``{(rank, group): (enqueued, completed)}`` from the dumps' ``pg_status``
+    (``records.attrs["progress"]``)."""
+    progress = progress or {}
     ordered = calls.sort_values("created_ns", kind="stable")
-    tracked = bool(ordered["state"].isin(["started", "completed"]).any())
+    completed = {place: int(done) for place, (_, done) in progress.items()}
+    newest = {
+        (int(rank), group): int(seq)
+        for (rank, group), seq in ordered.groupby(["rank", "group"])["seq"].max().items()
+    }
+    for place, (enqueued, _) in progress.items():
+        newest[place] = max(newest.get(place, 0), int(enqueued))
+    tracked = bool(completed) or bool(ordered["state"].isin(["started", "completed"]).any())
+    last = pd.Series(
+        [completed.get((r, g), -1) for r, g in zip(ordered["rank"], ordered["group"])],
+        index=ordered.index,
+        dtype="int64",
+    )
+    finished = (ordered["state"] == "completed") | (ordered["seq"] <= last)
     if tracked:
-        open_ = ordered[(ordered["state"] != "completed").to_numpy()].groupby("rank").head(1)
-        done = ordered[~ordered["rank"].isin(open_["rank"]).to_numpy()].groupby("rank").tail(1)
-        where = pd.concat([open_, done]).sort_values("created_ns", kind="stable")
+        open_ = ordered[~finished.to_numpy()].groupby("rank").head(1)
+        done_ = ordered[~ordered["rank"].isin(open_["rank"]).to_numpy()].groupby("rank").tail(1)
+        where = pd.concat([open_, done_]).sort_values("created_ns", kind="stable")
     else:
         where = ordered.groupby("rank").tail(1)
-    seen = dict(zip(zip(calls["rank"], calls["group"], calls["seq"]), calls["call"]))
+    place = list(zip(calls["rank"], calls["group"], calls["seq"]))
+    seen, keys = dict(zip(place, calls["call"])), dict(zip(place, calls["key"]))
     at = {int(r.rank): (r.group, r.seq) for r in where.itertuples()}
-    completed = calls[(calls["state"] == "completed").to_numpy()]
-    done = set(zip(completed["rank"], completed["group"], completed["seq"]))
-    return Positions(seen, where, at, tracked, done)
+    ended = ordered[finished.to_numpy()]
+    done = set(zip(ended["rank"], ended["group"], ended["seq"]))
+    return Positions(seen, keys, where, at, tracked, done, newest, completed)
 
 
 def without_dumps(records: pd.DataFrame, job: list[int]) -> tuple[list[int], list[int]]:
