@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from helpers import analyse_with_pytorch, first_mismatch, load_flight_records, wait_chains
+from helpers import (
+    analyse_with_pytorch,
+    first_mismatch,
+    load_flight_records,
+    verdicts_compared,
+    wait_chains,
+)
 
 CASES = sorted((REPO / "tests" / "data" / "hang-cases").glob("*/case.json"))
 
@@ -108,6 +114,8 @@ def write_dumps(
                 "collective_seq_id": seq, "profiling_name": f"nccl:{op}", "input_sizes": [[16]],
                 "process_group": [group, groups[group][0]], "pg_id": pg_id[group],
                 "is_p2p": False, "time_created_ns": int(1_000_000 * ms), "state": state,
+                "record_id": i, "p2p_seq_id": 0, "output_sizes": [[16]],
+                "input_dtypes": ["Float"], "output_dtypes": ["Float"], "frames": [],
             })  # fmt: skip
         dump = {"version": "2.10", "pg_config": config}  # as gloo writes them; no entries: empty
         dump.update({"entries": entries} if entries else {})
@@ -298,6 +306,27 @@ def test_the_rank_behind_is_blamed_never_one_whose_entry_was_evicted(tmp_path, g
     )
 
 
+# what PyTorch's analyser blames first on each rule's dumps, and the reason said for the difference
+ANALYSER = {
+    "evicted entries are not missing ones": ([0], "rank 0 called it: the entry is gone"),
+    "three ranks ahead, one behind": ([0, 1, 2], "ranks 0, 1 and 2 called it: the entry is gone"),
+    "a cycle across two groups": ([1], "rank 1 waits in another group (rank 1 in group 2)"),
+    "only the active entries, with pg_status": ([1], "rank 1 called it: the entry is gone"),
+    "started but not completed, where the peers completed it": ([0], "PyTorch's analyser agrees"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule, blamed, reason", [(k, *v) for k, v in ANALYSER.items()], ids=ANALYSER.keys())  # fmt: skip
+def test_pytorchs_analyser_is_set_beside_the_verdict_with_why_they_differ(tmp_path, rule, blamed, reason):  # fmt: skip
+    groups, calls, status, _ = RULES[rule]
+    records = load_flight_records(write_dumps(tmp_path, groups, calls, status))
+    verdict = analyse_with_pytorch(tmp_path)
+    said = verdicts_compared(records, first_mismatch(records), verdict)
+    assert verdict.culprits == blamed, verdict.output
+    assert reason in said, said
+
+
 def test_a_rank_stopped_inside_a_collective_its_peers_completed_is_named_a_failure(tmp_path):
     groups, calls, status, _ = RULES["only the active entries, with pg_status"]
     records = load_flight_records(write_dumps(tmp_path, groups, calls, status))
@@ -346,3 +375,14 @@ def test_a_real_16_gpu_hang_names_the_rank_the_reference_names():
     assert mismatch.calls[13] == "nccl:all_to_all [[4027, 5120]]"
     assert sorted(mismatch.failed) == [12, 14]
     assert not any("cycle" in c for c in wait_chains(records))
+
+
+@pytest.mark.skipif(not NVRX.is_dir(), reason="needs ../shared/real-traces/nvrx-fr")
+def test_a_rank_killed_before_its_dump_is_named_from_nccls_group_lists(tmp_path):
+    # NCCL's dumps list every member of their groups: the job's ranks need not be given
+    for dump in NVRX.glob("_dump_*"):
+        if dump.name != "_dump_12":
+            (tmp_path / dump.name).write_bytes(dump.read_bytes())
+    mismatch = first_mismatch(load_flight_records(tmp_path, prefix="_dump_"))
+    assert (mismatch.group, mismatch.seq, mismatch.culprits) == ("74", 20537, [12])
+    assert mismatch.no_dumps == [12]

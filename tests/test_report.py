@@ -211,6 +211,7 @@ def test_a_hang_in_the_dumps_beside_the_traces_comes_first_with_its_rank_and_its
         "- rank 2 waits in group 4 (ep)'s all_to_all #2 for rank 1, which never joined it." in hang
     )
     assert "for rank 2, which waits in group 4 (ep)'s all_to_all #2." in hang
+    assert "PyTorch's analyser's first finding is group 6 (dp), collective 2" in hang
 
 
 def test_dumps_of_a_job_that_did_not_hang_add_no_hang_section():

@@ -9,7 +9,8 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
 - ``chains``: :func:`wait_chains`, the hang followed from group to group: who waits where, for
   whom, to the ranks where each chain ends; ``positions``: where each rank is (read by both).
 - ``analyser``: :func:`analyse_with_pytorch`, PyTorch's analyser run on checked copies of the
-  dumps, its findings read back (an :class:`AnalyserVerdict`).
+  dumps, its findings read back (an :class:`AnalyserVerdict`); :func:`verdicts_compared`, its
+  verdict beside :func:`first_mismatch`'s, and why they differ.
 - ``trace_groups``: :func:`with_groups_from_flight_records`, each gloo collective of a trace
   given its process group and sequence number from the Flight Recorder (gloo's trace does not
   name them), so that the trace's collectives are matched within their own group.
@@ -19,7 +20,7 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
   plain data, bounded in size, nesting and count, so a dump never runs code.
 """
 
-from .analyser import AnalyserVerdict, analyse_with_pytorch
+from .analyser import AnalyserVerdict, analyse_with_pytorch, verdicts_compared
 from .chains import wait_chains
 from .flight_recorder import FlightRecorderError, load_flight_records
 from .groups import Mismatch, first_mismatch, group_descriptions, group_members, group_states
@@ -37,6 +38,7 @@ __all__ = [
     "with_groups_from_flight_records",
     "analyse_with_pytorch",
     "AnalyserVerdict",
+    "verdicts_compared",
     "FlightRecorderError",
     "load_stack_dumps",
     "lines_in_script",

@@ -16,10 +16,20 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .flight_recorder import DUMP_PREFIX, FlightRecorderError, load_records_and_dumps
-from .groups import group_descriptions, group_members
+import pandas as pd
 
-__all__ = ["AnalyserFinding", "AnalyserVerdict", "analyse_with_pytorch"]
+from .flight_recorder import DUMP_PREFIX, FlightRecorderError, load_records_and_dumps
+from .groups import (
+    Mismatch,
+    group_descriptions,
+    group_members,
+    group_states,
+    job_ranks,
+    ranks_said,
+)
+from .positions import collective_calls, positions
+
+__all__ = ["AnalyserFinding", "AnalyserVerdict", "analyse_with_pytorch", "verdicts_compared"]
 
 _KINDS = {
     "COLLECTIVE_TYPE_MISMATCH": "different collective",
@@ -163,3 +173,58 @@ def analyse_with_pytorch(
         return AnalyserVerdict(None, [], None, output)
     first = findings[0]
     return AnalyserVerdict(first.seq, first.culprits, first.error_type, output, findings)
+
+
+def verdicts_compared(
+    records: pd.DataFrame,
+    mismatch: Mismatch | None,
+    verdict: AnalyserVerdict,
+    ranks: list[int] | None = None,
+) -> str:
+    """PyTorch's analyser's first finding (``verdict``) beside :func:`first_mismatch`'s
+    (``mismatch``, on the same ``records``), as one sentence: that they agree, or what each
+    says and why they differ, as far as the dumps show it.
+
+    The reasons looked for: the analyser blames a rank whose entry is gone from its dump though
+    it has later ones in the group (it called the collective: the analyser reads a missing
+    entry as never called); a rank that waits in another group (a victim: the analyser reports
+    every group alike); a rank without a dump (the analyser cannot see it); and collectives
+    every member called, where only NCCL's completion states show a failure.
+    ranks: the job's ranks, as given to :func:`first_mismatch`.
+    """
+    ours = "nothing wrong" if mismatch is None else _said(mismatch.group, mismatch.desc, mismatch.seq, mismatch.kind, mismatch.culprits)  # fmt: skip
+    if not verdict.findings:
+        theirs = "PyTorch's analyser finds nothing wrong"
+        if mismatch is None:
+            return f"{theirs}, nor does first_mismatch."
+        if mismatch.no_dumps:
+            why = f"it cannot see rank(s) {mismatch.no_dumps}, which left no dump"
+        elif mismatch.kind in ("never completed", "failed"):
+            why = "it compares what each rank called, and every member called it; only NCCL's completion states show where a rank stopped"  # fmt: skip
+        else:
+            why = "it found no group whose members disagree"
+        return f"{theirs}; first_mismatch says {ours}: {why}."
+    first = verdict.findings[0]
+    theirs = _said(first.group, first.desc, first.seq, first.kind, first.culprits)
+    if mismatch is not None and (first.group, first.seq, first.culprits) == (mismatch.group, mismatch.seq, mismatch.culprits):  # fmt: skip
+        return f"PyTorch's analyser agrees: {theirs}."
+    job = job_ranks(records, ranks)
+    at = positions(collective_calls(records), records.attrs.get("progress"))
+    waiting_in = group_states(records, job).set_index("group")["culprits_waiting_in"]
+    evicted = [r for r in first.culprits if (r, first.group, first.seq) not in at.seen and at.called(r, first.group, first.seq)]  # fmt: skip
+    victims = {r: g for r, g in waiting_in.get(first.group, {}).items() if r in first.culprits}
+    why = []
+    if evicted:
+        why.append(f"{ranks_said(evicted)} called it: the entry is gone from the dump, which holds later ones in that group, and the analyser reads a missing entry as never called")  # fmt: skip
+    if victims:
+        where = ", ".join(f"rank {r} in group {g}" for r, g in victims.items())
+        why.append(f"{ranks_said(list(victims))} {'waits' if len(victims) == 1 else 'wait'} in another group ({where}): {'a victim' if len(victims) == 1 else 'victims'}, and the analyser reports every group alike, not which one started the hang")  # fmt: skip
+    if not why:
+        why.append("the analyser reports the groups in the order it meets them; first_mismatch takes the first, in the program's order, whose culprit waits nowhere else")  # fmt: skip
+    return f"PyTorch's analyser's first finding is {theirs}; first_mismatch says {ours}. They differ because {'; '.join(why)}."  # fmt: skip
+
+
+def _said(group: str | None, desc: str, seq: int | None, kind: str | None, culprits: list[int]) -> str:  # fmt: skip
+    """A verdict in a few words: "group 74 (ep), collective 20537, missing: rank(s) [12]"."""
+    where = f"group {group} ({desc or 'no description'}), " if group is not None else ""
+    return f"{where}collective {seq}, {kind}: rank(s) {culprits}"

@@ -203,7 +203,7 @@ def load_flight_records(
     ``records.attrs`` keeps ``ranks`` (every rank with a dump, an empty one too),
     ``members`` (the groups' ranks as the dumps list them) and ``progress`` (``{(rank, group):
     (enqueued, completed)}``, the last collective each group of an NCCL dump issued and the last
-    it completed), for :func:`first_mismatch`.
+    it completed), for :func:`first_mismatch`, and ``dumps`` (the folder and the names' prefix).
     expect_ranks: ranks whose dump must be there; a missing one is an error naming it.
     Each dump is read safely (see the module's docstring).
     """
@@ -247,6 +247,8 @@ def load_records_and_dumps(
     records.attrs["ranks"] = sorted(paths)
     records.attrs["members"] = {g: sorted(r) for g, r in members.items()}
     records.attrs["progress"] = progress
+    first = next(iter(paths.items()))
+    records.attrs["dumps"] = (str(Path(folder)), first[1].name[: -len(str(first[0]))])
     return records, dumps
 
 

@@ -43,9 +43,13 @@ EVICTED = "called it (its entry is gone from the dump)"
 
 def job_ranks(records: pd.DataFrame, ranks: list[int] | None) -> list[int]:
     """The ranks of the job: ``ranks``, else those ``load_flight_records`` found a dump of
-    (kept in ``records.attrs``), else those with entries."""
-    found = ranks if ranks is not None else records.attrs.get("ranks")
-    return sorted(set(found or ()) | set(records["rank"].unique().tolist()))
+    (kept in ``records.attrs``) and those the dumps list in their groups (NCCL's list every
+    member, so a rank killed before it wrote a dump is still one of the job), else those with
+    entries."""
+    found = set(ranks if ranks is not None else records.attrs.get("ranks") or ())
+    if ranks is None:
+        found |= set().union(*map(set, records.attrs.get("members", {}).values()))
+    return sorted(found | set(records["rank"].unique().tolist()))
 
 
 def group_members(records: pd.DataFrame, ranks: list[int] | None = None) -> dict[str, list[int]]:

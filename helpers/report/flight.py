@@ -11,8 +11,10 @@ import pandas as pd
 
 from ..hangs import (
     FlightRecorderError,
+    analyse_with_pytorch,
     first_mismatch,
     load_flight_records,
+    verdicts_compared,
     wait_chains,
     with_groups_from_flight_records,
 )
@@ -50,8 +52,9 @@ def hang_section(records: pd.DataFrame | None, world: int | None) -> Section | N
     """The hang the dumps beside the traces show (``records``, :func:`records_beside`), or None
     when their groups all agree (or there are none): the disagreement that started it
     (:func:`helpers.first_mismatch`), then each wait followed from group to group
-    (:func:`helpers.wait_chains`). ``world``: the job's size, so that a rank that left no dump
-    is named."""
+    (:func:`helpers.wait_chains`), then PyTorch's analyser's verdict beside it, and why they
+    differ where they do. ``world``: the job's size, so that a rank that left no dump is
+    named."""
     if records is None:
         return None
     ranks = list(range(world)) if world else None
@@ -68,5 +71,21 @@ def hang_section(records: pd.DataFrame | None, world: int | None) -> Section | N
         "The waits, followed from group to group (a rank missing from one group's collective "
         "because it waits in another's is a waiter, not the cause):",
         *(f"- {chain}." for chain in chains),
+        _pytorchs_verdict(records, mismatch, ranks),
     ]
+    text = [line for line in text if line]
     return Section(HANG, "\n".join(text))
+
+
+def _pytorchs_verdict(records: pd.DataFrame, mismatch, ranks: list[int] | None) -> str:
+    """PyTorch's analyser (``fr_trace``) run on the same dumps, its verdict beside the
+    series' (:func:`helpers.verdicts_compared`); a sentence saying why not where it fails; ""
+    for records not read from a folder."""
+    if "dumps" not in records.attrs:  # records not read from a folder: nothing to run it on
+        return ""
+    folder, prefix = records.attrs["dumps"]
+    try:
+        verdict = analyse_with_pytorch(folder, prefix=prefix)
+    except FlightRecorderError as err:
+        return f"PyTorch's analyser could not be run on these dumps: {err.problem}"
+    return verdicts_compared(records, mismatch, verdict, ranks)
