@@ -35,6 +35,7 @@ PAGES = [
     *(f"docs/{p.stem}" for p in sorted(REPO.glob("docs/*.md"))),
     "data/gpu-traces/README",
     "data/h200-job/README",
+    "data/nvrx-hang/README",
     *(f"notebooks/{stem}" for stem in LESSONS),
     *(f"solutions/{p.stem}" for p in sorted(REPO.glob("solutions/[0-9]*.ipynb"))),
 ]

@@ -7,7 +7,9 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
   :func:`group_states`), and :func:`first_mismatch` (a :class:`Mismatch`): the disagreement that
   started a hang, in a job of one group or of many.
 - ``chains``: :func:`wait_chains`, the hang followed from group to group: who waits where, for
-  whom, to the ranks where each chain ends; ``positions``: where each rank is (read by both).
+  whom, to the ranks where each chain ends; ``positions``: where each rank is, how far it got
+  in each group (a dump is a ring buffer: a missing entry with later ones was evicted), and the
+  ranks stopped inside a failure (read by both).
 - ``analyser``: :func:`analyse_with_pytorch`, PyTorch's analyser run on checked copies of the
   dumps, its findings read back (an :class:`AnalyserVerdict`); :func:`verdicts_compared`, its
   verdict beside :func:`first_mismatch`'s, and why they differ.

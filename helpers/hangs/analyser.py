@@ -19,15 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from .flight_recorder import DUMP_PREFIX, FlightRecorderError, load_records_and_dumps
-from .groups import (
-    Mismatch,
-    group_descriptions,
-    group_members,
-    group_states,
-    job_ranks,
-    ranks_said,
-)
-from .positions import collective_calls, positions
+from .groups import Mismatch, group_descriptions, group_members, group_states, job_ranks
+from .positions import collective_calls, positions, ranks_said
 
 __all__ = ["AnalyserFinding", "AnalyserVerdict", "analyse_with_pytorch", "verdicts_compared"]
 
@@ -190,7 +183,12 @@ def verdicts_compared(
     entry as never called); a rank that waits in another group (a victim: the analyser reports
     every group alike); a rank without a dump (the analyser cannot see it); and collectives
     every member called, where only NCCL's completion states show a failure.
-    ranks: the job's ranks, as given to :func:`first_mismatch`.
+
+    Args:
+        records: the dumps' rows (:func:`load_flight_records`).
+        mismatch: :func:`first_mismatch`'s verdict on them (None: it found nothing).
+        verdict: :func:`analyse_with_pytorch`'s on the same dumps.
+        ranks: the job's ranks, as given to :func:`first_mismatch` (default: from the dumps).
     """
     ours = "nothing wrong" if mismatch is None else _said(mismatch.group, mismatch.desc, mismatch.seq, mismatch.kind, mismatch.culprits)  # fmt: skip
     if not verdict.findings:

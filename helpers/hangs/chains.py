@@ -9,17 +9,22 @@ import re
 import pandas as pd
 
 from .groups import (
-    failed_inside,
     group_descriptions,
     group_members,
     group_states,
     job_ranks,
     members_unknown_warning,
+)
+from .positions import (
+    Positions,
+    collective_calls,
+    failed_inside,
     place_name,
+    positions,
     ranks_said,
     stopped_first,
+    without_dumps,
 )
-from .positions import Positions, collective_calls, positions, without_dumps
 
 __all__ = ["wait_chains"]
 

@@ -26,7 +26,17 @@ from typing import Any
 
 import pandas as pd
 
-from .positions import Positions, collective_calls, positions, without_dumps
+from .positions import (
+    Positions,
+    collective_calls,
+    failed_inside,
+    never_completed,
+    place_name,
+    positions,
+    stopped_first,
+    waited_for_gone,
+    without_dumps,
+)
 
 __all__ = [
     "group_members",
@@ -261,42 +271,6 @@ def _where_ranks_wait(at: Positions, states: pd.DataFrame, failed: dict[int, Any
     }
 
 
-def failed_inside(at: Positions, members: dict[str, list[int]]) -> dict[int, Any]:
-    """``{rank: its entry}`` for each rank inside a failure: the collective where it is (its
-    first that did not complete) is one that every other member of the group completed, as
-    NCCL's dumps say. Its peers got through; its own work stopped there (a GPU error, a dead
-    link, a process killed inside it). Empty for dumps that do not say what completed (gloo's)."""
-    failed = {}
-    for r in at.where.itertuples() if at.tracked else ():
-        others = [m for m in members.get(r.group, []) if m != r.rank]
-        if at.unfinished(r) and others and all(at.completed_by(m, r.group, r.seq) for m in others):
-            failed[int(r.rank)] = r
-    return failed
-
-
-def _waited_for(at: Positions, members: dict[str, list[int]], gone: set[int]) -> dict | None:
-    """The earliest collective where a rank with a dump waits with a member in ``gone`` (ranks
-    that left no dump), as ``group, seq, calls``: where the job lost them, as far as it shows."""
-    for r in at.where.itertuples():
-        in_group = members.get(r.group, [])
-        if gone & set(in_group):
-            return {"group": r.group, "seq": int(r.seq), "calls": {m: at.seen.get((m, r.group, r.seq)) for m in in_group}}  # fmt: skip
-    return None
-
-
-def _never_completed(at: Positions, members: dict[str, list[int]]) -> dict | None:
-    """The earliest collective where a rank is that every member of its group is in too, having
-    called it alike, and that the dumps say never completed (a rank failed or hangs inside it),
-    as ``group, seq, calls``."""
-    for r in at.where.itertuples():
-        place = (r.group, r.seq)
-        called = {m: at.seen.get((m, *place)) for m in members.get(r.group, [])}
-        inside = all(at.keys.get((m, *place)) == r.key and at.at.get(m) == place for m in called)
-        if at.unfinished(r) and inside:
-            return {"group": r.group, "seq": int(r.seq), "calls": called}
-    return None
-
-
 @dataclass
 class Mismatch:
     """Where the ranks' collectives first disagree.
@@ -383,14 +357,14 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
         found = [r for r in culprits if r not in empty]
         return Mismatch(seq, kind, calls, empty + found, group, desc.get(group, ""), empty, gone, failed, why)  # fmt: skip
 
-    lost = _waited_for(at, members, set(gone)) if gone else None
+    lost = waited_for_gone(at, members, set(gone)) if gone else None
     if lost is not None:  # the killed rank counts as missing from #1 on: say where it was lost
         return verdict(lost["seq"], "missing", lost["calls"], [], lost["group"])
     bad = states[~states["state"].isin(["healthy", "members unknown"])].sort_values(
         ["root", "order", "since_ms"], ascending=[False, True, True]
     )
     if bad.empty or not bad.iloc[0]["root"]:
-        stuck = _never_completed(at, members)
+        stuck = never_completed(at, members)
         if stuck is not None:
             in_it = [r for r in members[stuck["group"]] if r in inside]
             return verdict(stuck["seq"], "never completed", stuck["calls"], in_it, stuck["group"])
@@ -406,32 +380,3 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
         bad = bad[[first in c for c in bad["culprits"]]]
     top = bad.iloc[0]
     return verdict(int(top["seq"]), top["state"], top["calls"], top["culprits"], top["group"], why)
-
-
-def place_name(group: str, seq: int, op: str, desc: dict[str, str]) -> str:
-    """A collective as the verdicts name it: "group 5 (ep)'s all_to_all #2"."""
-    return f"group {group} ({desc.get(group) or 'no description'})'s {op.split(':')[-1]} #{seq}"
-
-
-def stopped_first(ranks: list[int], at: Positions, desc: dict[str, str]) -> tuple[int, str]:
-    """Of ``ranks`` whose waits form a cycle (each waits for another of them), the one that
-    stopped first, and why it was chosen: the one whose collective where it is (its oldest that
-    never completed, with NCCL's states; its last, with gloo's) was issued first. Every other
-    rank of the cycle issued collectives after it stopped, so it was still going then. The
-    times are the dumps' clocks (each rank's own: on several machines, as close as they are)."""
-    rows = at.where[at.where["rank"].isin(ranks)].sort_values("created_ns", kind="stable")
-    first, then = rows.iloc[0], rows.iloc[1] if len(rows) > 1 else None
-    said = f"rank {first['rank']} stopped first, in {place_name(first['group'], first['seq'], first['op'], desc)}"  # fmt: skip
-    if then is not None:
-        ahead = (then["created_ns"] - first["created_ns"]) / 1e6
-        said += f", issued {ahead:.1f} ms before rank {then['rank']} stopped"
-    others = [int(r) for r in rows["rank"].iloc[1:]]
-    verb = "waits" if len(others) == 1 else "wait"
-    return int(first["rank"]), f"the waits form a cycle ({ranks_said(sorted(ranks))}): {said}; {ranks_said(others)} {verb} for it"  # fmt: skip
-
-
-def ranks_said(ranks: list[int]) -> str:
-    """``[0, 1, 5]`` as "ranks 0, 1 and 5"; ``[4]`` as "rank 4"."""
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"

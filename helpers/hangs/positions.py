@@ -7,15 +7,33 @@ only the collectives still under way: a rank may have no entry for a collective 
 sequence numbers say so: each group numbers a rank's own collectives, so a rank whose newest entry
 in a group is past N has called N (its entry was evicted); only a rank whose newest is before N
 has not (:meth:`Positions.called`).
+
+Read from where the ranks are: :func:`failed_inside` (ranks stopped in a collective their peers
+completed), :func:`never_completed` (one every member is in, that never completed),
+:func:`waited_for_gone` (where the others wait for a rank without a dump), and
+:func:`stopped_first` (in a cycle of waits, the rank that stopped first).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
-__all__ = ["Positions", "collective_calls", "positions", "without_dumps", "VARYING_SIZES"]
+__all__ = [
+    "Positions",
+    "collective_calls",
+    "positions",
+    "without_dumps",
+    "failed_inside",
+    "never_completed",
+    "waited_for_gone",
+    "stopped_first",
+    "place_name",
+    "ranks_said",
+    "VARYING_SIZES",
+]
 
 # Collectives whose inputs differ from rank to rank by design (each rank sends what it routes):
 # their members are compared by the operation only.
@@ -112,3 +130,75 @@ def without_dumps(records: pd.DataFrame, job: list[int]) -> tuple[list[int], lis
     entries = set(records["rank"].unique().tolist())
     with_dump = set(records.attrs.get("ranks") or entries)
     return sorted(set(job) - with_dump), sorted(set(job) - entries)
+
+
+def failed_inside(at: Positions, members: dict[str, list[int]]) -> dict[int, Any]:
+    """``{rank: its entry}`` for each rank inside a failure: the collective where it is (its
+    first that did not complete) is one that every other member of the group completed, as
+    NCCL's dumps say. Its peers got through; its own work stopped there (a GPU error, a dead
+    link, a process killed inside it). Empty for dumps that do not say what completed (gloo's)."""
+    failed = {}
+    for r in at.where.itertuples() if at.tracked else ():
+        others = [m for m in members.get(r.group, []) if m != r.rank]
+        if at.unfinished(r) and others and all(at.completed_by(m, r.group, r.seq) for m in others):
+            failed[int(r.rank)] = r
+    return failed
+
+
+def place_name(group: str, seq: int, op: str, desc: dict[str, str]) -> str:
+    """A collective as the verdicts name it: "group 5 (ep)'s all_to_all #2".
+
+    Args:
+        group: the process group's name.
+        seq: the collective's sequence number in that group.
+        op: its operation (``nccl:all_to_all``; the backend's prefix is left out).
+        desc: ``{group: description}`` (:func:`.groups.group_descriptions`).
+    """
+    return f"group {group} ({desc.get(group) or 'no description'})'s {op.split(':')[-1]} #{seq}"
+
+
+def stopped_first(ranks: list[int], at: Positions, desc: dict[str, str]) -> tuple[int, str]:
+    """Of ``ranks`` whose waits form a cycle (each waits for another of them), the one that
+    stopped first, and why it was chosen: the one whose collective where it is (its oldest that
+    never completed, with NCCL's states; its last, with gloo's) was issued first. Every other
+    rank of the cycle issued collectives after it stopped, so it was still going then. The
+    times are the dumps' clocks (each rank's own: on several machines, as close as they are)."""
+    rows = at.where[at.where["rank"].isin(ranks)].sort_values("created_ns", kind="stable")
+    first, then = rows.iloc[0], rows.iloc[1] if len(rows) > 1 else None
+    said = f"rank {first['rank']} stopped first, in {place_name(first['group'], first['seq'], first['op'], desc)}"  # fmt: skip
+    if then is not None:
+        ahead = (then["created_ns"] - first["created_ns"]) / 1e6
+        said += f", issued {ahead:.1f} ms before rank {then['rank']} stopped"
+    others = [int(r) for r in rows["rank"].iloc[1:]]
+    verb = "waits" if len(others) == 1 else "wait"
+    return int(first["rank"]), f"the waits form a cycle ({ranks_said(sorted(ranks))}): {said}; {ranks_said(others)} {verb} for it"  # fmt: skip
+
+
+def ranks_said(ranks: list[int]) -> str:
+    """``[0, 1, 5]`` as "ranks 0, 1 and 5"; ``[4]`` as "rank 4"."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+
+
+def waited_for_gone(at: Positions, members: dict[str, list[int]], gone: set[int]) -> dict | None:
+    """The earliest collective where a rank with a dump waits with a member in ``gone`` (ranks
+    that left no dump), as ``group, seq, calls``: where the job lost them, as far as it shows."""
+    for r in at.where.itertuples():
+        in_group = members.get(r.group, [])
+        if gone & set(in_group):
+            return {"group": r.group, "seq": int(r.seq), "calls": {m: at.seen.get((m, r.group, r.seq)) for m in in_group}}  # fmt: skip
+    return None
+
+
+def never_completed(at: Positions, members: dict[str, list[int]]) -> dict | None:
+    """The earliest collective where a rank is that every member of its group is in too, having
+    called it alike, and that the dumps say never completed (a rank failed or hangs inside it),
+    as ``group, seq, calls``."""
+    for r in at.where.itertuples():
+        place = (r.group, r.seq)
+        called = {m: at.seen.get((m, *place)) for m in members.get(r.group, [])}
+        inside = all(at.keys.get((m, *place)) == r.key and at.at.get(m) == place for m in called)
+        if at.unfinished(r) and inside:
+            return {"group": r.group, "seq": int(r.seq), "calls": called}
+    return None
