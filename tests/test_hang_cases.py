@@ -120,6 +120,7 @@ def write_dumps(
         dump = {"version": "2.10", "pg_config": config}  # as gloo writes them; no entries: empty
         dump.update({"entries": entries} if entries else {})
         if status and rank in status:
+            dump["nccl_version"] = "2.27.3"
             dump["pg_status"] = {
                 str(pg_id[g]): {"last_enqueued_collective": e, "last_started_collective": -1,
                                 "last_completed_collective": c}
@@ -295,6 +296,14 @@ RULES = {
         {0: {"1": (3, 2)}, 1: {"1": (4, 3)}},
         ("missing", "1", 4, [0]),
     ),
+    # NCCL dumps of the active entries only: rank 0 completed all it issued and stopped outside
+    # the collectives (in its own code), so its dump is empty, and rank 1 waits in #4 for it
+    "every collective completed, the rank stopped outside them": (
+        {"1": TP2},
+        {0: [], 1: [("1", 4)]},
+        {0: {"1": (3, 3)}, 1: {"1": (4, 3)}},
+        ("missing", "1", 4, [0]),
+    ),
 }
 
 
@@ -386,3 +395,14 @@ def test_a_rank_killed_before_its_dump_is_named_from_nccls_group_lists(tmp_path)
     mismatch = first_mismatch(load_flight_records(tmp_path, prefix="_dump_"))
     assert (mismatch.group, mismatch.seq, mismatch.culprits) == ("74", 20537, [12])
     assert mismatch.no_dumps == [12]
+
+
+def test_a_rank_with_no_collective_under_way_is_said_to_have_stopped_outside_them(tmp_path):
+    groups, calls, status, _ = RULES["every collective completed, the rank stopped outside them"]
+    records = load_flight_records(write_dumps(tmp_path, groups, calls, status))
+    assert first_mismatch(records).idle == [0]
+    assert "stopped outside them" in str(first_mismatch(records))
+    assert wait_chains(records) == [
+        "rank 1 waits in group 1 (tp)'s all_reduce #4 for rank 0, whose dump holds no collective "
+        "under way (every one it issued completed: it stopped outside them)"
+    ]

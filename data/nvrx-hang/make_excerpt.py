@@ -8,10 +8,9 @@ ranks of a Megatron job with tensor, pipeline, expert and data parallel groups, 
 error was injected on ranks 12 and 14. Each dump is read with the series' safe reader (a pickle
 is never loaded with ``pickle``) and written as JSON, the same entries PyTorch's
 ``_dump_nccl_trace_json`` writes. What is kept of each: every entry with the fields the analyses
-read (its group, sequence numbers, operation, sizes, dtypes, state and times), unchanged; the
-groups of ``pg_config`` those entries name, and the job's default group (its ranks are the job's);
-and ``pg_status`` (how far each group got). Left out: thread names and ids, the other groups of
-``pg_config`` and the NCCL version.
+read (its group, sequence numbers, operation, sizes, dtypes, state and times), unchanged;
+``pg_config`` (each group's ranks), ``pg_status`` (how far each group got) and the versions.
+Left out: the entries' thread names and ids.
 """
 
 from __future__ import annotations
@@ -36,10 +35,7 @@ ENTRY = ("record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id
 
 def excerpt(dump: dict) -> dict:
     entries = [{k: e[k] for k in ENTRY if k in e} for e in dump["entries"]]
-    named = {e["process_group"][0] for e in entries} | {"0"}
-    config = {g: c for g, c in dump["pg_config"].items() if g in named}
-    return {"version": dump["version"], "pg_config": config, "pg_status": dump["pg_status"],
-            "entries": entries}  # fmt: skip
+    return {**dump, "entries": entries}
 
 
 def main(source: Path) -> None:

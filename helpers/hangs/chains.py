@@ -36,6 +36,8 @@ def _where_rank_is(rank: int, place: tuple, at: Positions, waits: dict, gone: tu
     no_dump, empty = gone
     if rank in no_dump:
         return "which left no dump (killed, or dead before writing one)"
+    if rank in empty and at.idle(rank):
+        return "whose dump holds no collective under way (every one it issued completed: it stopped outside them)"  # fmt: skip
     if rank in empty:
         return "whose dump is empty (stuck before any collective)"
     group, seq, key = place

@@ -254,19 +254,16 @@ def load_records_and_dumps(
 
 def _progress(dump: dict) -> dict[str, tuple[int, int]]:
     """``{group: (enqueued, completed)}``: the sequence numbers of the last collective each group
-    of an NCCL dump issued and the last its watchdog saw complete (its ``pg_status``), for the
-    groups its entries name (``pg_status`` is keyed by a number local to the process, which only
-    the entries tie to a group). Empty for gloo's dumps: torch 2.14's gloo says a collective
-    completed when it timed out, and its entries stay "scheduled"."""
-    status, named = dump.get("pg_status"), {}
-    for entry in dump["entries"]:
-        if (
-            str(entry.get("profiling_name", "")).startswith("nccl:")
-            and entry.get("pg_id") is not None
-        ):
-            named[str(entry["pg_id"])] = str((entry.get("process_group") or ("",))[0])
-    found = {}
-    for pg_id, counts in status.items() if isinstance(status, dict) else ():
+    of an NCCL dump issued and the last its watchdog saw complete (its ``pg_status``). Empty for
+    gloo's dumps: torch 2.14's gloo says a collective completed when it timed out, and its
+    entries stay "scheduled". ``pg_status`` is keyed by a number local to the process
+    (:func:`_groups_by_pg_id` ties it to a group)."""
+    status = dump.get("pg_status")
+    nccl = [str(e.get("profiling_name", "")).startswith("nccl:") for e in dump["entries"]]
+    if not isinstance(status, dict) or not (any(nccl) or (not nccl and "nccl_version" in dump)):
+        return {}
+    named, found = _groups_by_pg_id(dump), {}
+    for pg_id, counts in status.items():
         try:
             enqueued = int(counts["last_enqueued_collective"])
             completed = int(counts["last_completed_collective"])
@@ -275,6 +272,30 @@ def _progress(dump: dict) -> dict[str, tuple[int, int]]:
         if str(pg_id) in named:
             found[named[str(pg_id)]] = (enqueued, completed)
     return found
+
+
+def _groups_by_pg_id(dump: dict) -> dict[str, str]:
+    """``{pg_id: group}`` for the process numbers of a dump's ``pg_status``: from its entries
+    (each names both); for the rest, where the groups of ``pg_config`` are named by number and
+    are as many as ``pg_status``'s, the one in the same place of both in order, if that agrees
+    with every pair the entries give. torch names a group it is given no name for by a counter
+    of the groups made, and numbers the ones a process is in as it makes them, so both orders
+    are the order of making (on NVIDIA's 16-GPU dumps it agrees with the entries on all 16
+    ranks); a rank whose entries all completed then still says how far it got."""
+    named = {
+        str(e["pg_id"]): str((e.get("process_group") or ("",))[0])
+        for e in dump["entries"]
+        if e.get("pg_id") is not None
+    }
+    config, status = dump.get("pg_config"), dump.get("pg_status")
+    names = [str(g) for g in config] if isinstance(config, dict) else []
+    if not all(n.isdigit() for n in names) or len(names) != len(status):
+        return named
+    ids = [str(i) for i in status if str(i).lstrip("-").isdigit()]
+    if len(ids) != len(names):
+        return named
+    in_order = dict(zip(sorted(ids, key=int), sorted(names, key=int)))
+    return in_order if all(in_order.get(k) == v for k, v in named.items()) else named
 
 
 def _listed_members(dump: dict, groups: set[str]) -> dict[str, list[int]]:

@@ -47,6 +47,9 @@ __all__ = [
 ]
 
 DEFAULT_GROUP = "default_pg"  # the description torch gives the group of init_process_group
+# What a rank with no entry under way, that completed collectives, left (NCCL's dumps of the
+# active entries only): it stopped outside the collectives.
+IDLE = "a dump with no collective under way (every one it issued completed: it stopped outside them, where its stack shows)"  # fmt: skip
 # What a member called, said of one whose entry is gone from its dump though it has later ones.
 EVICTED = "called it (its entry is gone from the dump)"
 
@@ -288,7 +291,9 @@ class Mismatch:
     ``no_dumps``: those of them that left no dump (killed, or dead before writing one);
     ``failed``: ``{rank: where}`` for each rank inside a failure (:func:`failed_inside`: it
     stopped in a collective its peers completed), where it stopped;
-    ``why``: how the verdict was chosen where the waits form a cycle ("" otherwise).
+    ``why``: how the verdict was chosen where the waits form a cycle ("" otherwise);
+    ``idle``: the ranks of ``empty_dumps`` whose dump holds no collective under way though NCCL's
+    ``pg_status`` says they completed some (a dump of the active entries only).
     """
 
     seq: int
@@ -301,6 +306,7 @@ class Mismatch:
     no_dumps: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     why: str = ""
+    idle: list[int] = field(default_factory=list)
 
     def __str__(self) -> str:
         said = "; ".join(f"rank {r}: {c or 'nothing'}" for r, c in self.calls.items())
@@ -311,7 +317,8 @@ class Mismatch:
             f"rank(s) {ranks} left {what}; "
             for ranks, what in [
                 (self.no_dumps, "no dump (killed, or dead before writing one)"),
-                ([r for r in self.empty_dumps if r not in self.no_dumps], "an empty dump (no collective recorded)"),
+                ([r for r in self.empty_dumps if r not in self.no_dumps and r not in self.idle], "an empty dump (no collective recorded)"),
+                (self.idle, IDLE),
             ]
             if ranks
         )  # fmt: skip
@@ -352,10 +359,11 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
     members, desc = group_members(records, job), group_descriptions(records)
     inside = failed_inside(at, members)
     failed = {r: place_name(row.group, row.seq, row.op, desc) for r, row in inside.items()}
+    idle = [r for r in empty if at.idle(r)]
 
     def verdict(seq: int, kind: str, calls: dict, culprits: list, group: str, why: str = ""):
         found = [r for r in culprits if r not in empty]
-        return Mismatch(seq, kind, calls, empty + found, group, desc.get(group, ""), empty, gone, failed, why)  # fmt: skip
+        return Mismatch(seq, kind, calls, empty + found, group, desc.get(group, ""), empty, gone, failed, why, idle)  # fmt: skip
 
     lost = waited_for_gone(at, members, set(gone)) if gone else None
     if lost is not None:  # the killed rank counts as missing from #1 on: say where it was lost
@@ -373,7 +381,7 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
         calls = {m: at.seen.get((m, row.group, row.seq)) for m in members[row.group]}
         return verdict(int(row.seq), "failed", calls, [rank], row.group)
     if bad.empty:
-        return Mismatch(0, "empty dump", {}, empty, empty_dumps=empty, no_dumps=gone) if empty else None  # fmt: skip
+        return Mismatch(0, "empty dump", {}, empty, empty_dumps=empty, no_dumps=gone, idle=idle) if empty else None  # fmt: skip
     why = ""
     if not bad.iloc[0]["root"]:  # every culprit waits in another group: the waits form a cycle
         first, why = stopped_first(sorted(set().union(*map(set, bad["culprits"]))), at, desc)

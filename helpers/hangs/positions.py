@@ -84,6 +84,11 @@ class Positions:
         later one (the entry was evicted from its ring buffer, or left out as completed)."""
         return (rank, group, seq) in self.seen or self.newest.get((rank, group), 0) >= seq
 
+    def idle(self, rank: int) -> bool:
+        """Whether the dumps say ``rank`` completed collectives (NCCL's ``pg_status``): a rank
+        with no entry under way then stopped outside them, not before its first."""
+        return any(done > 0 for (r, _), done in self.completed.items() if r == rank)
+
     def completed_by(self, rank: int, group: str, seq: int) -> bool:
         """Whether the dumps say that ``rank`` completed collective ``seq`` of ``group``."""
         return (rank, group, seq) in self.done or self.completed.get((rank, group), -1) >= seq
