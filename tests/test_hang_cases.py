@@ -296,6 +296,14 @@ RULES = {
         {0: {"1": (3, 2)}, 1: {"1": (4, 3)}},
         ("missing", "1", 4, [0]),
     ),
+    # NCCL with timing on: every member is in #5, which never completed; ranks 1 and 2's started,
+    # rank 0's never did (its GPU never got there)
+    "every member in it, one never started": (
+        {"1": ("ep", [0, 1, 2])},
+        {0: [("1", 5)], 1: [("1", 5, "started")], 2: [("1", 5, "started")]},
+        None,
+        ("never completed", "1", 5, [0]),
+    ),
     # NCCL dumps of the active entries only: rank 0 completed all it issued and stopped outside
     # the collectives (in its own code), so its dump is empty, and rank 1 waits in #4 for it
     "every collective completed, the rank stopped outside them": (

@@ -31,6 +31,7 @@ from .positions import (
     collective_calls,
     failed_inside,
     never_completed,
+    never_started,
     place_name,
     positions,
     stopped_first,
@@ -282,8 +283,9 @@ class Mismatch:
     ``"different sizes"``, ``"missing"`` (some ranks never called it), ``"empty dump"``,
     ``"failed"`` (nobody waits, but a rank stopped in a collective its peers completed), or
     ``"never completed"`` (every member called it, and NCCL's dumps say it had not completed
-    when they were written: the rank at fault is inside it, and the dumps cannot say which;
-    ``culprits`` then names only ranks without a dump or with an empty one);
+    when they were written: the rank at fault is inside it; ``culprits`` then names ranks
+    without a dump or with an empty one, a member stopped inside a failure, or the members
+    whose entry never started where others' did, and none where the dumps cannot say);
     ``calls``: what each member called there (``None`` where it called nothing);
     ``culprits``: the ranks that differ from the others (ranks with an empty dump first);
     ``group``, ``desc``: the process group's name and description (``"0"``, ``"default_pg"``);
@@ -375,6 +377,7 @@ def first_mismatch(records: pd.DataFrame, ranks: list[int] | None = None) -> Mis
         stuck = never_completed(at, members)
         if stuck is not None:
             in_it = [r for r in members[stuck["group"]] if r in inside]
+            in_it = in_it or never_started(at, stuck["group"], stuck["seq"])
             return verdict(stuck["seq"], "never completed", stuck["calls"], in_it, stuck["group"])
     if bad.empty and inside:  # nobody waits, but a rank stopped where its peers went on
         rank, row = min(inside.items(), key=lambda kv: kv[1].created_ns)

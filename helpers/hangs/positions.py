@@ -28,6 +28,7 @@ __all__ = [
     "without_dumps",
     "failed_inside",
     "never_completed",
+    "never_started",
     "waited_for_gone",
     "stopped_first",
     "place_name",
@@ -207,3 +208,12 @@ def never_completed(at: Positions, members: dict[str, list[int]]) -> dict | None
         if at.unfinished(r) and inside:
             return {"group": r.group, "seq": int(r.seq), "calls": called}
     return None
+
+
+def never_started(at: Positions, group: str, seq: int) -> list[int]:
+    """The ranks at collective ``seq`` of ``group`` (where they are) whose entry there never
+    started, where another's did (NCCL records "started" when timing is on): the GPU of such a
+    rank never got to the collective its peers' GPUs are in. Empty where all or none started."""
+    here = at.where[(at.where["group"] == group) & (at.where["seq"] == seq)]
+    started = here["state"].isin(["started", "completed"])
+    return sorted(int(r) for r in here.loc[~started, "rank"]) if started.any() else []
