@@ -20,6 +20,7 @@ import dataclasses
 import json
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -603,23 +604,30 @@ def hidden_slowdown(tmp_path_factory) -> RunRecord:
 
 
 @pytest.fixture(scope="module")
-def half_work(tmp_path_factory) -> RunRecord:
-    """Exercise 11.2's second run: the overlap job with half its work, 20 ms (only its step
-    times are read: the traces of a job of that step)."""
-    folder = tmp_path_factory.mktemp("half-work")
-    run = fake_run(folder, "overlap_job.py", args=["--overlap-ms", "20"])
-    ddp_traces(run.run_dir, slow_rank=1, delay_us=60_000)
-    return run
+def overlap_runs(tmp_path_factory):
+    """Exercise 11.2's check launches the overlap job with the work it drew: here each launch
+    is answered by its recording (recordings/overlap-<ms>), and the launches are kept."""
+    from helpers.exercises import lesson11
+    from helpers.jobs.recorded import replay
+
+    root, launched = tmp_path_factory.mktemp("overlap-runs"), []
+
+    def replayed(script, nproc, experiment, args, **_):
+        launched.append(experiment)
+        return replay(Path(script), nproc, experiment, args, 1, 1, False, root)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lesson11, "launch", replayed)
+        yield launched
 
 
-@pytest.fixture(scope="module")
-def half_work_predicted(lesson_run) -> float:
-    """What the what-if predicts for the lesson's overlap job with rank 0's work halved."""
+def predict_with_what_if(slow) -> Callable[[float], float]:
+    """Exercise 11.2's right answer: the what-if of rank 0's overlapped work at each factor."""
     from helpers import what_if
     from helpers.traces import load_run
 
-    events = load_run(lesson_run("overlap-40")).events
-    return float(what_if(events, 0, "^overlapped$", factor=0.5).median())
+    events = load_run(slow).events
+    return lambda factor: float(what_if(events, 0, "^overlapped$", factor=factor).median())
 
 
 @pytest.fixture(scope="module")
@@ -665,8 +673,7 @@ def right_evidence(
     hung_at_15,
     sharded_straggler,
     hidden_slowdown,
-    half_work,
-    half_work_predicted,
+    overlap_runs,
     hidden_stall,
     mesh_straggler,
     hidden_slow_stage,
@@ -715,8 +722,8 @@ def right_evidence(
         "10.2": ({"straggler": 1, "delay_ms": 150}, {"run": sharded_straggler}),
         "11.1": ({"rank": 1, "part": "backward"}, {"run": hidden_slowdown}),
         "11.2": (
-            half_work_predicted,
-            {"slow": lesson_run("overlap-40"), "half": half_work},
+            predict_with_what_if(lesson_run("overlap-40")),
+            {"slow": lesson_run("overlap-40"), "seed": 0},
         ),
         "12.1": (
             {"group": "2", "seq": 3, "rank": 3, "waiting": {2: "2", 0: "3", 1: "4"}},
@@ -1224,40 +1231,75 @@ WRONG_11 = [
 
 
 @pytest.fixture
-def half_evidence(lesson_run, half_work) -> dict:
-    return {"slow": lesson_run("overlap-40"), "half": half_work}
+def overlap_40(lesson_run, overlap_runs):
+    return lesson_run("overlap-40")
 
 
-def test_11_2_rejects_the_step_less_the_time_saved_where_the_work_overlapped_a_wait(
-    lesson_run, half_evidence, half_work_predicted
-):
+def step_of(run) -> float:
     from helpers import step_times
     from helpers.traces import load_run
 
-    step = float(step_times(load_run(lesson_run("overlap-40")).events).median(axis=1).median())
-    assert abs(step - 20 - half_work_predicted) > 10  # the two answers are far apart here
-    assert rejected(evaluate("11.2", step - 20, **half_evidence), "subtracts the time saved")
+    return float(step_times(load_run(run).events).median(axis=1).median())
 
 
-def test_11_2_rejects_a_number_the_what_if_does_not_give(half_evidence, half_work_predicted):
-    assert rejected(evaluate("11.2", half_work_predicted * 1.3, **half_evidence), "not what the what-if predicts")  # fmt: skip
+def test_11_2_runs_the_job_after_the_predictions_with_the_work_it_drew(overlap_40, overlap_runs):
+    import random
+
+    from helpers.exercises.lesson11 import WORK_FACTORS
+
+    asked = []
+
+    def predict(factor):
+        asked.append((factor, list(overlap_runs)))
+        return 40 * factor
+
+    before = len(overlap_runs)
+    evaluate("11.2", predict, slow=overlap_40, seed=0)
+    drawn = random.Random(0).choice(WORK_FACTORS)
+    assert [f for f, _ in asked] == list(drawn)
+    assert all(len(seen) == before for _, seen in asked)  # nothing ran before both were given
+    assert overlap_runs[before:] == [f"overlap-{40 * f:g}" for f in drawn]
 
 
-def test_11_2_refuses_a_second_run_without_half_the_work(lesson_run, half_work_predicted):
-    said = evaluate("11.2", half_work_predicted, slow=lesson_run("overlap-40"), half=lesson_run("overlap-0"))  # fmt: skip
-    assert rejected(said, "the same job with --overlap-ms 20")
+WRONG_11_2 = {
+    # (what, predict(step40, factor), the hint)
+    "adding the extra work to the step": (
+        lambda step, f: step + 40 * (f - 1), "adds the extra work to the step"),
+    "no change (the step as it is)": (lambda step, f: step, "does not change with the work"),
+    "the what-if at its own factor (1)": (lambda step, f: step + 0.3, "does not change with the work"),
+    "twice the work": (lambda step, f: 80 * f, "not within the noise of the runs"),
+}  # fmt: skip
 
 
-def test_11_2_refuses_a_first_run_that_is_not_the_overlap_job(lesson_run, half_evidence):
-    said = evaluate("11.2", 60.0, slow=lesson_run("ddp-straggler"), half=half_evidence["half"])
+@pytest.mark.parametrize("model, hint", WRONG_11_2.values(), ids=WRONG_11_2.keys())
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_11_2_rejects_the_plausible_wrong_models(overlap_40, model, hint, seed):
+    step = step_of(overlap_40)
+    assert rejected(evaluate("11.2", lambda f: model(step, f), slow=overlap_40, seed=seed), hint)
+
+
+def test_11_2_a_blind_guess_passes_under_one_run_in_twenty(overlap_40):
+    # every whole number of ms from 50 to 200, for each pair of factors the check draws
+    from helpers.exercises.lesson11 import WORK_FACTORS
+
+    passed = [
+        evaluate("11.2", lambda f, c=c: c, slow=overlap_40, seed=seed)[0]
+        for seed in range(len(WORK_FACTORS) * 2)
+        for c in range(50, 201, 5)
+    ]
+    assert sum(passed) / len(passed) < 1 / 20
+
+
+def test_11_2_refuses_a_first_run_that_is_not_the_overlap_job(lesson_run, overlap_runs):
+    said = evaluate("11.2", lambda f: 60.0, slow=lesson_run("ddp-straggler"))
     assert rejected(said, "runs[40]")
 
 
-def test_11_2_says_how_close_the_prediction_and_the_subtraction_came(half_evidence, half_work_predicted):  # fmt: skip
-    ok, said = evaluate("11.2", half_work_predicted, **half_evidence)
+def test_11_2_says_how_close_the_prediction_and_adding_the_work_came(overlap_40):
+    ok, said = evaluate("11.2", predict_with_what_if(overlap_40), slow=overlap_40, seed=0)
     assert ok and re.search(
-        r"predicted \d+ ms, measured \d+ ms with half the work: [+-]\d+%; subtracting the 20 ms "
-        r"saved said \d+ ms \([+-]\d+%\)",
+        r"\d\.\d+x the work: you predicted \d+ ms, the run measured \d+ ms \(within ±\d+ ms of "
+        r"noise\); adding the extra work to the step said \d+ ms",
         said,
     )
 

@@ -301,3 +301,15 @@ def test_the_solutions_are_a_section_apart_after_the_lessons(site):
         nav,
     )
     assert captions == ["Lessons", "Guides", "Solutions"]
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_no_code_box_of_a_lesson_scrolls_sideways_at_1280_px(browser, server, lesson):
+    # the lessons' code is cut at 88 characters; the code font must fit them in the column
+    open_page(browser, f"{server}notebooks/{lesson}.html")
+    scrolling = browser.execute_script(
+        "return [...document.querySelectorAll('div.cell_input pre')]"
+        ".filter(e => e.scrollWidth > e.clientWidth + 1)"
+        ".map(e => e.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''))"
+    )
+    assert scrolling == [], f"code boxes that scroll sideways, their longest lines: {scrolling}"

@@ -58,7 +58,7 @@ from . import (
     lesson13,
     lesson14,
 )
-from .common import Check
+from .common import NOT_ANSWERED, Check
 from .hidden import (
     anonymise_traces,
     launch_with_a_hidden_slowdown,
@@ -132,7 +132,7 @@ def evaluate(exercise: str, answer: Any = ..., **evidence: Any) -> tuple[bool | 
     if exercise not in CHECKS:
         raise KeyError(f"no exercise {exercise!r}; exercises: {', '.join(sorted(CHECKS))}")
     if answer is ... or any(value is ... for value in evidence.values()):
-        return None, "not answered yet: replace the ... above with your answer and run both cells"
+        return None, NOT_ANSWERED
     return CHECKS[exercise](answer, **evidence)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "Check",
+    "NOT_ANSWERED",
     "TRAIN_DDP_SCRIPT",
     "WINDOW_TRACES",
     "arguments",
@@ -35,8 +36,11 @@ TRAIN_DDP_SCRIPT = "train_ddp.py"
 #: The traces train_ddp.py writes, rank<N>_iter<first>_<last>.json, one per window.
 WINDOW_TRACES = "rank*_iter*.json"
 
-#: A check: takes the answer and the evidence (keywords), returns ``(right?, why or hint)``.
-Check = Callable[..., tuple[bool, str]]
+#: A check: takes the answer and the evidence (keywords), returns ``(right?, why or hint)``;
+#: ``(None, NOT_ANSWERED)`` where the answer is still the exercise's ``...``.
+Check = Callable[..., tuple[bool | None, str]]
+#: What a check says of an exercise not answered yet.
+NOT_ANSWERED = "not answered yet: replace the ... above with your answer and run both cells"
 
 
 def is_run(value: Any) -> bool:

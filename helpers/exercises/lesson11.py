@@ -1,21 +1,25 @@
 """The checks of lesson 11's exercises (``notebooks/11_what_held_each_step.ipynb``; worked in
 ``solutions/11_solutions.ipynb``): the rank and the part of its step that a hidden slowdown
 slowed (:func:`helpers.launch_with_a_hidden_slowdown`), read from the critical path; and a
-what-if of overlapped work at half its time, where subtraction is wrong, checked against a run
-with half the work."""
+what-if of overlapped work at a factor the check draws, where adding the work is wrong, given
+before the check runs the job with that work and compares the runs."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from ..analysis import step_times, what_if
+import pandas as pd
+
+from ..analysis import compare_runs, step_times, within_noise
+from ..jobs import launch
 from ..traces import load_run
-from .common import TRAIN_DDP_SCRIPT, Check, arguments, close, is_run, number, whole
+from .common import NOT_ANSWERED, TRAIN_DDP_SCRIPT, Check, arguments, is_run, number, whole
 from .hidden import HIDDEN_SLOWDOWN_EXPERIMENT, SLOWED_PARTS
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PARTS_BY_KIND", "OVERLAP_SCRIPT"]
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PARTS_BY_KIND", "OVERLAP_SCRIPT", "WORK_FACTORS"]
 
-#: Section 6's job: rank 0 works while it waits in an all-reduce for rank 1's late batch.
+#: Section 5's job: rank 0 works while it waits in an all-reduce for rank 1's late batch.
 OVERLAP_SCRIPT = "overlap_job.py"
 SCRIPTS = (TRAIN_DDP_SCRIPT, OVERLAP_SCRIPT)
 FLAGS = ("--slow-rank", "--delay-ms", "--slow-part", "--overlap-ms")
@@ -51,46 +55,85 @@ def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
     return True, f"rank {slowed}'s {part} was slowed, and the path says so"
 
 
-def _half_the_work(answer: Any, slow: Any = None, half: Any = None) -> tuple[bool, str]:
-    """11.2: the median step (ms) that ``what_if`` predicts for the lesson's overlap job
-    (``slow``, ``overlap_job.py --overlap-ms 40``) with rank 0's overlapped work at half its
-    time (``factor=0.5``), and ``half``, the job run with half the work, to compare it with.
-    Subtracting the time saved is wrong there (the work overlaps a wait), and is said so."""
-    if not is_run(slow) or not is_run(half):
-        return False, 'hand the check both runs: check("11.2", predicted_ms, slow=runs[40], half=half)'  # fmt: skip
-    work = number(arguments(slow).get("--overlap-ms"))
-    if slow.script != OVERLAP_SCRIPT or not work:
-        return False, "slow is the lesson's overlap run, runs[40] (overlap_job.py --overlap-ms 40)"
-    if half.script != OVERLAP_SCRIPT or not close(number(arguments(half).get("--overlap-ms")) or 0, work / 2, 0.01, 0.5):  # fmt: skip
-        return False, f"half is the same job with --overlap-ms {work / 2:g}"
-    said = number(answer)
-    if said is None:
-        return False, "answer with the predicted median step in ms, a number"
-    events = load_run(slow).events
-    predicted = float(what_if(events, 0, "^overlapped$", factor=0.5).median())
-    subtracted = float(step_times(events).median(axis=1).median()) - work / 2
-    if not close(said, predicted, 0.02, 1):
-        if close(said, subtracted, 0.02, 1) and not close(subtracted, predicted, 0.02, 1):
+#: The pairs of factors exercise 11.2's check draws (one pair): rank 0's overlapped work at that
+#: many times its 40 ms, past rank 1's 60 ms late batch, 40 ms apart so that no one number is
+#: within the noise of both runs.
+WORK_FACTORS = ((2.5, 3.5), (2.75, 3.75), (3.0, 4.0))
+
+
+def _asked(predict: Any, factor: float) -> tuple[float | None, str]:
+    """``predict(factor)`` as a number of ms, or None and why not."""
+    try:
+        said = number(predict(factor))
+    except Exception as err:  # the learner's own code: any error is a hint, not a crash
+        return None, f"predict({factor:g}) raised {type(err).__name__}: {err}"
+    return said, "" if said is not None else f"predict({factor:g}) gave no number of ms"
+
+
+def _gives_ellipsis(predict: Any, factor: float) -> bool:
+    """Whether ``predict`` still returns the exercise's ``...`` (not written yet)."""
+    try:
+        return predict(factor) is ...
+    except Exception:
+        return False
+
+
+def _predicted_before_the_run(
+    answer: Any, slow: Any = None, seed: Any = None
+) -> tuple[bool | None, str]:
+    """11.2: ``predict(factor)``, a function giving the median step (ms) of section 5's overlap
+    job (``slow``, ``overlap_job.py --overlap-ms 40``) with rank 0's overlapped work at
+    ``factor`` times its time. The check draws two factors (:data:`WORK_FACTORS`), asks for
+    both predictions, then runs the job with that much work (the runs come after the
+    predictions, so no measurement can be copied into them) and compares each run with
+    ``slow`` (:func:`helpers.compare_runs`): right when each prediction is within the noise of
+    its run. Adding the extra work to the step is wrong here, and is said so. ``seed``: the
+    tests' choice of pair."""
+    if not is_run(slow) or slow.script != OVERLAP_SCRIPT or number(arguments(slow).get("--overlap-ms")) != 40:  # fmt: skip
+        return False, 'hand the check the lesson\'s overlap run: check("11.2", predict, slow=runs[40])'  # fmt: skip
+    if not callable(answer):
+        return False, "answer with a function: predict(factor) gives the median step in ms"
+    factors = random.Random(seed).choice(WORK_FACTORS)
+    if _gives_ellipsis(answer, factors[0]):
+        return None, NOT_ANSWERED
+    predicted = {}
+    for factor in factors:
+        predicted[factor], why = _asked(answer, factor)
+        if predicted[factor] is None:
+            return False, why
+    before = load_run(slow).events
+    step = float(step_times(before).median(axis=1).median())
+    said, right = [], True
+    for factor, guess in predicted.items():
+        work = 40 * factor
+        run = launch(slow.script, nproc=slow.nproc, experiment=f"overlap-{work:g}", cpu=True, echo=False, args=["--overlap-ms", f"{work:g}"])  # fmt: skip
+        row = compare_runs(before, load_run(run).events, prediction=pd.Series([guess] * 7)).prediction.iloc[0]  # fmt: skip
+        right &= within_noise(row)
+        said.append((factor, guess, row, step + work - 40))
+    if not right:
+        if all(abs(guess - added) < 5 for _, guess, _, added in said):
             return False, (
-                "that subtracts the time saved from the step: rank 0's work runs while it "
-                "waits for rank 1's late batch, so the step may not shrink by it; what_if "
-                "replays the run's dependencies with the work shortened"
+                "that adds the extra work to the step: rank 0's 40 ms of work ended about 20 ms "
+                "before rank 1's late batch came, so the first 20 ms of the extra work only fill "
+                "that wait; what_if replays the run with the work at factor= times its time"
             )
-        return False, (
-            "not what the what-if predicts: rank 0's 'overlapped' at half its time, "
-            "factor=0.5, the median over the steps"
+        if len({round(guess) for _, guess, _, _ in said}) == 1:
+            return False, "your prediction does not change with the work: past rank 1's 60 ms, rank 0's work is on the path"  # fmt: skip
+        return False, "not within the noise of the runs: " + "; ".join(
+            f"{factor:g}x: predicted {guess:.0f} ms, measured {row['measured_ms']:.0f} ms"
+            for factor, guess, row, _ in said  # fmt: skip
         )
-    measured = float(step_times(load_run(half).events).median(axis=1).median())
-    off = {name: f"{round(100 * (ms - measured) / measured):+d}%" for name, ms in (("what-if", predicted), ("subtraction", subtracted))}  # fmt: skip
-    return True, (
-        f"predicted {predicted:.0f} ms, measured {measured:.0f} ms with half the work: "
-        f"{off['what-if']}; subtracting the {work / 2:g} ms saved said {subtracted:.0f} ms "
-        f"({off['subtraction']})"
+    return True, "; ".join(
+        f"{factor:g}x the work: you predicted {guess:.0f} ms, the run measured "
+        f"{row['measured_ms']:.0f} ms (within ±{row['noise_ms']:.0f} ms of noise); adding the "
+        f"extra work to the step said {added:.0f} ms ({added - row['measured_ms']:+.0f} ms: "
+        "its first part only filled rank 0's wait for rank 1's late batch)"
+        for factor, guess, row, added in said
     )
 
 
 #: Lesson 11's checks, by exercise number.
 CHECKS: dict[str, Check] = {
     "11.1": _the_slowed_part,
-    "11.2": _half_the_work,
+    "11.2": _predicted_before_the_run,
 }

@@ -34,3 +34,6 @@ copybutton_exclude = ".linenos, .gp, .go"
 html_context = {"default_mode": "auto"}
 # Ranks side by side on a timeline: compute in blue, communication in vermillion.
 html_favicon = "favicon.svg"
+# The code boxes' font, small enough for the lessons' 88-character lines (static/code.css).
+html_static_path = ["static"]
+html_css_files = ["code.css"]
