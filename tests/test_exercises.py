@@ -720,7 +720,7 @@ def right_evidence(
         "09.2": ({"seq": HUNG_SEQ, "line": wait_line()}, {"job": hung_at_15}),
         "10.1": ({"all_gathers": 9, "reduce_scatters": 5}, {"run": lesson_run("fsdp-layers")}),
         "10.2": ({"straggler": 1, "delay_ms": 150}, {"run": sharded_straggler}),
-        "11.1": ({"rank": 1, "part": "backward"}, {"run": hidden_slowdown}),
+        "11.1": ({"rank": 1, "part": "backward", "delay_ms": 148}, {"run": hidden_slowdown}),
         "11.2": (
             predict_with_what_if(lesson_run("overlap-40")),
             {"slow": lesson_run("overlap-40"), "seed": 0},
@@ -1219,13 +1219,20 @@ def test_10_2_accepts_a_delay_read_to_within_a_tenth(sharded_straggler):
 # -------------------------------------------------------------------------- lesson 11
 
 WRONG_11 = [
-    wrong("11.1", "the rank that waits", {"rank": 0, "part": "backward"}, "not that work",
+    wrong("11.1", "the rank that waits", {"rank": 0, "part": "backward", "delay_ms": 150},
+          "not that work", run=Given("hidden_slowdown")),
+    wrong("11.1", "the right rank, its batches", {"rank": 1, "part": "data", "delay_ms": 150},
+          "not that work", run=Given("hidden_slowdown")),
+    wrong("11.1", "a part there is not", {"rank": 1, "part": "forward", "delay_ms": 150},
+          "the part is one of", run=Given("hidden_slowdown")),
+    wrong("11.1", "the op's whole time on the path, a step (its normal time too)",
+          {"rank": 1, "part": "backward", "delay_ms": 175}, "the delay is off",
           run=Given("hidden_slowdown")),
-    wrong("11.1", "the right rank, its batches", {"rank": 1, "part": "data"}, "not that work",
+    wrong("11.1", "the delay of the lesson's own run", {"rank": 1, "part": "backward",
+          "delay_ms": 110}, "the delay is off", run=Given("hidden_slowdown")),
+    wrong("11.1", "no delay given", {"rank": 1, "part": "backward"}, "answer with a dict",
           run=Given("hidden_slowdown")),
-    wrong("11.1", "a part there is not", {"rank": 1, "part": "forward"}, "the part is one of",
-          run=Given("hidden_slowdown")),
-    wrong("11.1", "a run whose slowdown the learner chose", {"rank": 1, "part": "data"},
+    wrong("11.1", "a run whose slowdown the learner chose", {"rank": 1, "part": "data", "delay_ms": 150},
           "launch the run with", run=lesson("ddp-straggler")),
 ]  # fmt: skip
 
@@ -1256,7 +1263,7 @@ def test_11_2_runs_the_job_after_the_predictions_with_the_work_it_drew(overlap_4
     before = len(overlap_runs)
     evaluate("11.2", predict, slow=overlap_40, seed=0)
     drawn = random.Random(0).choice(WORK_FACTORS)
-    assert [f for f, _ in asked] == list(drawn)
+    assert sorted({f for f, _ in asked}) == list(drawn)
     assert all(len(seen) == before for _, seen in asked)  # nothing ran before both were given
     assert overlap_runs[before:] == [f"overlap-{40 * f:g}" for f in drawn]
 
@@ -1546,12 +1553,25 @@ def test_anonymised_traces_get_random_names_and_the_old_ones_are_kept(tmp_path):
 
 def test_a_wrong_answer_to_11_1_never_says_which_half_was_right(hidden_slowdown):
     hints = {
-        evaluate("11.1", {"rank": rank, "part": part}, run=hidden_slowdown)[1]
+        evaluate("11.1", {"rank": rank, "part": part, "delay_ms": 150}, run=hidden_slowdown)[1]
         for rank in (0, 1)
         for part in ("data", "backward", "optimizer")
         if (rank, part) != (1, "backward")
     }
     assert len(hints) == 1  # one hint for all five wrong answers: a guess learns nothing from it
+
+
+def test_a_blind_guess_of_11_1_passes_under_one_run_in_twenty(hidden_slowdown):
+    # every rank, part and delay the hidden slowdown draws, against every guess of them
+    from helpers.exercises import hidden
+
+    drawn = [(r, p, d) for r in (0, 1) for p in hidden.SLOWED_PARTS for d in hidden.STRAGGLER_DELAYS_MS]  # fmt: skip
+    guesses = [{"rank": r, "part": p, "delay_ms": d} for r, p, d in drawn]
+    passed = 0
+    for rank, part, delay in drawn:
+        run = dataclasses.replace(hidden_slowdown, args=["--slow-rank", str(rank), "--delay-ms", str(delay), "--slow-part", part])  # fmt: skip
+        passed += sum(bool(evaluate("11.1", g, run=run)[0]) for g in guesses)
+    assert passed / (len(drawn) * len(guesses)) < 1 / 20
 
 
 def test_no_single_guess_of_a_hidden_delay_passes_more_than_one_draw_in_five():

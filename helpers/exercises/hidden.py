@@ -140,30 +140,28 @@ def launch_with_a_hidden_slowdown(
     nproc: int,
     args: Sequence[str] = (),
     seed: int | None = None,
-    delay_ms: float = 150.0,
+    delay_ms: float | None = None,
     **options: Any,
 ) -> RunRecord:
     """Launch lesson 3's ``train_ddp.py`` with one rank slowed in one part of its step: loading
-    its batch, its backward through ``layer3`` or its optimizer step (``--slow-part``). The rank
-    and the part are chosen at random and kept in the run's manifest for the check; the run's
-    experiment is always ``hidden-slowdown``.
+    its batch, its backward through ``layer3`` or its optimizer step (``--slow-part``). The rank,
+    the part and the delay (one of :data:`STRAGGLER_DELAYS_MS`) are chosen at random and kept in
+    the run's manifest for the check; the run's experiment is always ``hidden-slowdown``.
 
     Args:
         nproc: ranks.
         args: the script's own arguments (the lesson's ``common``).
         seed: make the choice repeatable (the tests'); without it, new every time.
-        delay_ms: how much longer the slowed part takes, ms per step.
+        delay_ms: how much longer the slowed part takes, ms per step (None: chosen at random).
         **options: for :func:`helpers.launch`.
 
     Returns:
         The run's :class:`helpers.RunRecord`.
     """
     chooser = _chooser(seed)
-    hidden = [
-        "--slow-rank", str(chooser.randrange(nproc)),
-        "--delay-ms", f"{delay_ms:g}",
-        "--slow-part", chooser.choice(SLOWED_PARTS),
-    ]  # fmt: skip
+    rank, part = chooser.randrange(nproc), chooser.choice(SLOWED_PARTS)
+    delay_ms = chooser.choice(STRAGGLER_DELAYS_MS) if delay_ms is None else delay_ms
+    hidden = ["--slow-rank", str(rank), "--delay-ms", f"{delay_ms:g}", "--slow-part", part]
     options.setdefault("echo", False)
     options["experiment"] = HIDDEN_SLOWDOWN_EXPERIMENT
     return launch(TRAIN_DDP_SCRIPT, nproc=nproc, args=[*args, *hidden], **options)

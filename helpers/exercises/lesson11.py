@@ -14,8 +14,17 @@ import pandas as pd
 from ..analysis import compare_runs, step_times, within_noise
 from ..jobs import launch
 from ..traces import load_run
-from .common import NOT_ANSWERED, TRAIN_DDP_SCRIPT, Check, arguments, is_run, number, whole
-from .hidden import HIDDEN_SLOWDOWN_EXPERIMENT, SLOWED_PARTS
+from .common import (
+    NOT_ANSWERED,
+    TRAIN_DDP_SCRIPT,
+    Check,
+    arguments,
+    close,
+    is_run,
+    number,
+    whole,
+)
+from .hidden import DELAY_TOLERANCE, HIDDEN_SLOWDOWN_EXPERIMENT, SLOWED_PARTS
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PARTS_BY_KIND", "OVERLAP_SCRIPT", "WORK_FACTORS"]
 
@@ -29,18 +38,22 @@ _LAUNCH_11_1 = "launch_with_a_hidden_slowdown(NPROC, common)"
 
 
 def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
-    """11.1: ``{"rank": r, "part": "data" | "backward" | "optimizer"}`` of a hidden slowdown."""
+    """11.1: ``{"rank": r, "part": "data" | "backward" | "optimizer", "delay_ms": ms}`` of a
+    hidden slowdown, the delay to within :data:`DELAY_TOLERANCE`. A blind guess passes one run
+    in 30 on 2 ranks (2 ranks, 3 parts, 5 delays)."""
     given = arguments(run) if is_run(run) else {}
     slowed, part = whole(given.get("--slow-rank", -1)), given.get("--slow-part")
+    delay = number(given.get("--delay-ms"))
     if (
         not is_run(run)
         or run.experiment != HIDDEN_SLOWDOWN_EXPERIMENT
         or slowed is None
         or part is None
+        or delay is None
     ):
         return False, f"launch the run with {_LAUNCH_11_1} and hand the check that run"  # fmt: skip
-    if not isinstance(answer, dict) or {"rank", "part"} - set(answer):
-        return False, 'answer with a dict {"rank": ..., "part": ...}'
+    if not isinstance(answer, dict) or {"rank", "part", "delay_ms"} - set(answer):
+        return False, 'answer with a dict {"rank": ..., "part": ..., "delay_ms": ...}'
     if answer["part"] not in SLOWED_PARTS:
         return False, f"the part is one of {list(SLOWED_PARTS)}"
     if whole(answer["rank"]) != slowed or answer["part"] != part:
@@ -52,7 +65,13 @@ def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
             "backward (a hook's sleep shows as BackwardHookFunctionBackward), optimizer the "
             "optimizer step"
         )
-    return True, f"rank {slowed}'s {part} was slowed, and the path says so"
+    said = number(answer["delay_ms"])
+    if said is None or not close(said, delay, *DELAY_TOLERANCE):
+        return False, (
+            "the rank and the part are right; the delay is off: that op's time per step on the "
+            "slowed rank, less the same op's on the other rank (its normal time)"
+        )
+    return True, f"rank {slowed}'s {part} was slowed by {delay:g} ms a step, and the path says so"
 
 
 #: The pairs of factors exercise 11.2's check draws (one pair): rank 0's overlapped work at that
