@@ -570,20 +570,14 @@ def hidden_slow_stage(tmp_path_factory) -> RunRecord:
     return run
 
 
-@pytest.fixture(scope="module")
-def gpipe_at_3(tmp_path_factory) -> RunRecord:
-    """Exercise 13.2's run: a real GPipe run of lesson 13's pipeline_job.py, 3 stages and 3
-    micro-batches (its traces from tests/data: a bubble of 41.7 % and steps of 176 ms)."""
-    args = ["--schedule", "gpipe", "--microbatches", "3"]
-    run = fake_run(tmp_path_factory.mktemp("gpipe-3"), "pipeline_job.py", args=args, nproc=3)
-    for found in (REPO / "tests" / "data" / "pipeline-gpipe-3").glob("rank*.json.gz"):
-        (run.run_dir / found.name).write_bytes(found.read_bytes())
-    return run
+def textbook_bubble(base) -> Callable[[int], dict]:
+    """Exercise 13.2's right answer: the textbook's bubble, (p - 1) / (m + p - 1), a point more
+    for the transfers, and m + p - 1 slots of the time one took in ``base`` (4 micro-batches)."""
+    from helpers import step_times
+    from helpers.traces import load_run
 
-
-#: A right prediction for 3 micro-batches: the textbook's bubble, 2 / (3 + 2), and 5 slots of the
-#: 36 ms that one took in the lesson's run of 6 micro-batches (288 ms over 8 slots).
-PREDICTED_AT_3 = {"microbatches": 3, "bubble_pct": 100 * 2 / 5, "step_ms": 5 * 36}
+    slot = float(step_times(load_run(base).events).median(axis=1).median()) / (4 + 2)
+    return lambda m: {"bubble_pct": 100 * 2 / (m + 2) + 1, "step_ms": (m + 2) * slot}
 
 
 def few_ranks_run(folder: Path, slowed: int) -> RunRecord:
@@ -605,12 +599,13 @@ def hidden_slowdown(tmp_path_factory) -> RunRecord:
 
 @pytest.fixture(scope="module")
 def overlap_runs(tmp_path_factory):
-    """Exercise 11.2's check launches the overlap job with the work it drew: here each launch
-    is answered by its recording (recordings/overlap-<ms>), and the launches are kept."""
-    from helpers.exercises import lesson11
+    """Exercises 11.2's and 13.2's checks launch the job with the work or micro-batches they
+    drew: here each launch is answered by its recording (recordings/overlap-<ms>,
+    pipeline-gpipe-<m>), and the launches are kept, in order."""
+    from helpers.exercises import lesson11, lesson13
     from helpers.jobs.recorded import replay
 
-    root, launched = tmp_path_factory.mktemp("overlap-runs"), []
+    root, launched = tmp_path_factory.mktemp("check-runs"), []
 
     def replayed(script, nproc, experiment, args, **_):
         launched.append(experiment)
@@ -618,6 +613,7 @@ def overlap_runs(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(lesson11, "launch", replayed)
+        patch.setattr(lesson13, "launch", replayed)
         yield launched
 
 
@@ -627,7 +623,9 @@ def predict_with_what_if(slow) -> Callable[[float], float]:
     from helpers.traces import load_run
 
     events = load_run(slow).events
-    return lambda factor: float(what_if(events, 0, "^overlapped$", factor=factor).median())
+    return lambda factor: float(
+        what_if(events, 0, "^overlapped$", factor=factor).iloc[-4:].median()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -677,7 +675,6 @@ def right_evidence(
     hidden_stall,
     mesh_straggler,
     hidden_slow_stage,
-    gpipe_at_3,
     tmp_path_factory,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
@@ -734,7 +731,10 @@ def right_evidence(
             {"run": mesh_straggler},
         ),
         "13.1": ({"stage": 2, "delay_ms": 110.4}, {"run": hidden_slow_stage}),
-        "13.2": (PREDICTED_AT_3, {"run": gpipe_at_3}),
+        "13.2": (
+            textbook_bubble(lesson_run("pipeline-gpipe-4")),
+            {"base": lesson_run("pipeline-gpipe-4"), "seed": 0},
+        ),
         "14.1": (
             {"straggler": "not profiled", "delay_ms": 80},
             {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)},
@@ -1286,13 +1286,13 @@ def test_11_2_rejects_the_plausible_wrong_models(overlap_40, model, hint, seed):
 
 
 def test_11_2_a_blind_guess_passes_under_one_run_in_twenty(overlap_40):
-    # every whole number of ms from 50 to 200, for each pair of factors the check draws
+    # a constant every 10 ms from 50 to 200, for each pair of factors the check draws
     from helpers.exercises.lesson11 import WORK_FACTORS
 
     passed = [
         evaluate("11.2", lambda f, c=c: c, slow=overlap_40, seed=seed)[0]
-        for seed in range(len(WORK_FACTORS) * 2)
-        for c in range(50, 201, 5)
+        for seed in range(len(WORK_FACTORS))
+        for c in range(50, 201, 10)
     ]
     assert sum(passed) / len(passed) < 1 / 20
 
@@ -1393,20 +1393,6 @@ WRONG_13 = [
     wrong("13.1", "the delay in seconds", {"stage": 2, "delay_ms": 0.11}, "not seconds",
           run=Given("hidden_slow_stage")),
     wrong("13.1", "no delay", {"stage": 2}, "answer with a dict", run=Given("hidden_slow_stage")),
-    wrong("13.2", "the bubble over m slots, not m + p - 1", {**PREDICTED_AT_3, "bubble_pct": 200 / 3},
-          "the bubble is off", run=Given("gpipe_at_3")),
-    wrong("13.2", "the bubble as a fraction", {**PREDICTED_AT_3, "bubble_pct": 0.4},
-          "not as a fraction", run=Given("gpipe_at_3")),
-    wrong("13.2", "a step of m slots", {**PREDICTED_AT_3, "step_ms": 3 * 36},
-          "the step time is off", run=Given("gpipe_at_3")),
-    wrong("13.2", "the lesson's step, unchanged", {**PREDICTED_AT_3, "step_ms": 288},
-          "the step time is off", run=Given("gpipe_at_3")),
-    wrong("13.2", "a count the lesson ran", {**PREDICTED_AT_3, "microbatches": 6},
-          "did not run", run=Given("gpipe_at_3")),
-    wrong("13.2", "a prediction for another count than the run's",
-          {**PREDICTED_AT_3, "microbatches": 5}, "--microbatches was 3", run=Given("gpipe_at_3")),
-    wrong("13.2", "no step time", {"microbatches": 3, "bubble_pct": 40}, "predict {",
-          run=Given("gpipe_at_3")),
 ]  # fmt: skip
 
 
@@ -1424,27 +1410,74 @@ def test_a_wrong_stage_in_13_1_gets_one_hint_whatever_the_stage(hidden_slow_stag
     assert len(hints) == 1
 
 
-def test_no_single_guess_of_13_1_passes_more_than_one_draw_in_five():
-    from helpers.exercises import hidden, lesson13
-    from helpers.exercises.common import close
+@pytest.fixture
+def gpipe_4(lesson_run, overlap_runs):
+    return lesson_run("pipeline-gpipe-4")
 
-    delays = hidden.STRAGGLER_DELAYS_MS
+
+def step_4(base) -> float:
+    from helpers import step_times
+    from helpers.traces import load_run
+
+    return float(step_times(load_run(base).events).median(axis=1).median())
+
+
+WRONG_13_2 = {
+    # (what, predict(m, the 4 micro-batches' step), the hint)
+    "the bubble over m slots, the step scaled by m": (
+        lambda m, step: {"bubble_pct": 200 / m, "step_ms": step * m / 4}, "the bubble is off"),
+    "the bubble as a fraction": (
+        lambda m, step: {"bubble_pct": 2 / (m + 2), "step_ms": step * (m + 2) / 6},
+        "not as a fraction"),
+    "a step of m slots": (
+        lambda m, step: {"bubble_pct": 200 / (m + 2), "step_ms": step * m / 6},
+        "the step time is off"),
+    "the lesson's step, unchanged": (
+        lambda m, step: {"bubble_pct": 200 / (m + 2), "step_ms": step}, "the step time is off"),
+    "one bubble for every count": (
+        lambda m, step: {"bubble_pct": 30, "step_ms": step * (m + 2) / 6}, "the bubble is off"),
+    "no step time": (lambda m, step: {"bubble_pct": 200 / (m + 2)}, 'predict(m) gives {'),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model, hint", WRONG_13_2.values(), ids=WRONG_13_2.keys())
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_13_2_rejects_the_plausible_wrong_models(gpipe_4, model, hint, seed):
+    step = step_4(gpipe_4)
+    said = evaluate("13.2", lambda m: model(m, step), base=gpipe_4, seed=seed)
+    assert rejected(said, hint)
+
+
+def test_13_2_runs_the_job_only_after_both_predictions(gpipe_4, overlap_runs):
+    import random
+
+    from helpers.exercises.lesson13 import MICROBATCH_PAIRS
+
+    seen, right = [], textbook_bubble(gpipe_4)
+    before = len(overlap_runs)
+    evaluate("13.2", lambda m: (seen.append(len(overlap_runs)), right(m))[1], base=gpipe_4, seed=1)  # fmt: skip
+    assert set(seen) == {before}  # every prediction was made before any run
+    pair = random.Random(1).choice(MICROBATCH_PAIRS)
+    assert overlap_runs[before:] == [f"pipeline-gpipe-{m}" for m in pair]
+    assert not {2, 4, 6} & set(pair)
+
+
+def test_13_2_a_blind_guess_passes_under_one_run_in_twenty(gpipe_4):
+    # a bubble from 5 to 95 % and a step from 100 to 600 ms, the same for every count
     passed = [
-        sum(close(guess / 10, delay, *lesson13.DELAY_TOLERANCE) for delay in delays)
-        for guess in range(0, 3000)  # every guess from 0 to 300 ms, in steps of 0.1 ms
+        evaluate(
+            "13.2", lambda m, b=b, t=t: {"bubble_pct": b, "step_ms": t}, base=gpipe_4, seed=seed
+        )[0]  # fmt: skip
+        for seed in range(4)
+        for b in range(5, 100, 30)
+        for t in range(100, 601, 100)
     ]
-    assert max(passed) == 1  # and the stage, one of three, on top
+    assert sum(passed) / len(passed) < 1 / 20
 
 
-def test_13_2_rejects_a_run_of_the_other_schedule(gpipe_at_3):
-    run = dataclasses.replace(gpipe_at_3, args=["--schedule", "1f1b", "--microbatches", "3"])
-    assert rejected(evaluate("13.2", PREDICTED_AT_3, run=run), "--schedule was 1f1b")
-
-
-def test_13_2_rejects_a_run_with_a_slowed_stage(gpipe_at_3):
-    args = [*gpipe_at_3.args, "--slow-rank", "1", "--delay-ms", "20"]
-    run = dataclasses.replace(gpipe_at_3, args=args)
-    assert rejected(evaluate("13.2", PREDICTED_AT_3, run=run), "--slow-rank was 1")
+def test_13_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, overlap_runs):
+    said = evaluate("13.2", textbook_bubble(lesson_run("pipeline-gpipe-4")), base=lesson_run("pipeline-1f1b"))  # fmt: skip
+    assert rejected(said, "one of the lesson's GPipe runs")
 
 
 # -------------------------------------------------------------------------- lesson 14
@@ -1572,6 +1605,41 @@ def test_a_blind_guess_of_11_1_passes_under_one_run_in_twenty(hidden_slowdown):
         run = dataclasses.replace(hidden_slowdown, args=["--slow-rank", str(rank), "--delay-ms", str(delay), "--slow-part", part])  # fmt: skip
         passed += sum(bool(evaluate("11.1", g, run=run)[0]) for g in guesses)
     assert passed / (len(drawn) * len(guesses)) < 1 / 20
+
+
+def _hidden_delays(exercise: str) -> tuple[tuple, tuple, int]:
+    """An exercise's hidden delays, their tolerance, and how many ranks or stages it draws from
+    besides (12.1: the stalled rank of 4 and its step of 6, no delay)."""
+    from helpers.exercises import hidden, lesson13
+
+    return {
+        "12.2": (hidden.DELAYS_BY_SCRIPT["mesh_job.py"], hidden.DELAY_TOLERANCE, 4),
+        "13.1": (hidden.DELAYS_BY_SCRIPT["pipeline_job.py"], lesson13.DELAY_TOLERANCE, 3),
+        "14.1": (hidden.FEW_RANKS_DELAYS_MS, hidden.DELAY_TOLERANCE, 3),
+    }[exercise]
+
+
+@pytest.mark.parametrize("exercise", ["12.2", "13.1", "14.1"])
+def test_a_blind_guess_of_a_rank_and_its_delay_passes_under_one_run_in_twenty(exercise):
+    from helpers.exercises.common import close
+
+    delays, tolerance, ranks = _hidden_delays(exercise)
+    passed = [
+        sum(close(guess / 10, delay, *tolerance) for delay in delays)
+        for guess in range(0, 12000)  # every guess from 0 to 1200 ms, in steps of 0.1 ms
+    ]
+    assert max(passed) == 1 and 1 / (ranks * len(delays)) < 1 / 20
+
+
+def test_a_blind_guess_of_12_1_passes_under_one_run_in_twenty(monkeypatch):
+    from helpers.exercises import hidden
+
+    launched = []
+    monkeypatch.setattr(hidden, "launch", lambda script, **kw: launched.append(kw["args"]))
+    for seed in range(200):
+        hidden.launch_with_a_hidden_stall(seed=seed)
+    drawn = {(a[a.index("--bug-rank") + 1], a[a.index("--bug-step") + 1]) for a in launched}
+    assert len(drawn) > 20  # a rank of 4 and a step of 6: one guess is right in 1 of 24
 
 
 def test_no_single_guess_of_a_hidden_delay_passes_more_than_one_draw_in_five():

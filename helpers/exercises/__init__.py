@@ -60,6 +60,7 @@ from . import (
 )
 from .common import NOT_ANSWERED, Check
 from .hidden import (
+    FEW_RANKS_DELAYS_MS,
     anonymise_traces,
     launch_with_a_hidden_slowdown,
     launch_with_a_hidden_stall,
@@ -77,6 +78,7 @@ __all__ = [
     "ExerciseNotSolved",
     "MUST_PASS_ENV",
     "anonymise_traces",
+    "FEW_RANKS_DELAYS_MS",
     "launch_with_a_hidden_straggler",
     "launch_with_a_hidden_slowdown",
     "launch_with_a_hidden_stall",

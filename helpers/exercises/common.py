@@ -10,12 +10,14 @@ says what differs from the run the exercise asks for, in a hint the learner can 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "Check",
     "NOT_ANSWERED",
+    "still_unanswered",
+    "predictions",
     "TRAIN_DDP_SCRIPT",
     "WINDOW_TRACES",
     "arguments",
@@ -208,3 +210,33 @@ def wrong_delay(said: float | None, delay_ms: float, tolerance: tuple[float, flo
     if said is None or not close(said, delay_ms, *tolerance):
         return f"{right}; the delay is off: {off}"
     return None
+
+
+def predictions(
+    predict: Any, values: Sequence[Any], read: Callable[[Any, Any], tuple[Any, str]]
+) -> tuple[dict, tuple[bool | None, str] | None]:
+    """``predict(value)`` for each value a check drew, read with ``read(said, value)`` (the
+    prediction, or None and why not), all of them before the check runs anything. Returns the
+    predictions, or else the check's answer to give: not answered yet (``predict`` still
+    returns ``...``), or a hint (it raised, or gave something ``read`` refused)."""
+    if still_unanswered(predict, values[0]):
+        return {}, (None, NOT_ANSWERED)
+    said = {}
+    for value in values:
+        try:
+            raw = predict(value)
+        except Exception as err:  # the learner's own code: any error is a hint, not a crash
+            return {}, (False, f"predict({value}) raised {type(err).__name__}: {err}")
+        said[value], why = read(raw, value)
+        if said[value] is None:
+            return {}, (False, why)
+    return said, None
+
+
+def still_unanswered(predict: Any, value: Any) -> bool:
+    """Whether ``predict``, a function the learner writes, still returns the exercise's ``...``
+    (not written yet); a function that raises is answered (its error is a hint)."""
+    try:
+        return predict(value) is ...
+    except Exception:
+        return False

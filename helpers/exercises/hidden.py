@@ -38,6 +38,8 @@ __all__ = [
     "HIDDEN_SKEW",
     "HIDDEN_STRAGGLER_EXPERIMENT",
     "STRAGGLER_DELAYS_MS",
+    "DELAYS_BY_SCRIPT",
+    "FEW_RANKS_DELAYS_MS",
     "DELAY_TOLERANCE",
     "SLOW_DOWN_FILE",
     "anonymise_traces",
@@ -71,6 +73,19 @@ SLOWED_PARTS = ("data", "backward", "optimizer")
 #: (1 + tolerance) / (1 - tolerance) times the one before (:data:`DELAY_TOLERANCE`), so that no
 #: single guess is right for more than one of them: a constant answer passes one run in five.
 STRAGGLER_DELAYS_MS = (60, 80, 110, 150, 200)
+#: The delays a hidden straggler gets by script where an exercise asks for a rank among few and
+#: its delay (seven, each more than (1 + tolerance) / (1 - tolerance) times the one before, for the
+#: exercise's tolerance): a blind guess then passes under one run in twenty. Pipeline stages
+#: (13.1, a twentieth: one stage of 3, 1 in 21) and lesson 12's mesh (12.2, a tenth: one
+#: straggler of 4, 1 in 28).
+DELAYS_BY_SCRIPT = {
+    "pipeline_job.py": (60, 70, 80, 90, 100, 112, 125),
+    "mesh_job.py": (40, 52, 65, 81, 101, 126, 158),
+}
+#: Exercise 14.1's delays (3 ranks on 2 cores, 2 of them profiled: smaller ones drown in the
+#: waiting that sharing makes), seven of them: with the straggler one of 3, a blind guess passes
+#: one run in 21.
+FEW_RANKS_DELAYS_MS = (250, 310, 385, 480, 600, 750, 930)
 #: How close a delay read from the traces must be: a tenth of the delay, or 5 ms. Read within the
 #: run (the straggler's data loading against the others', or the others' extra wait in the
 #: step's first collective) it comes within a few ms.
@@ -106,7 +121,7 @@ def launch_with_a_hidden_straggler(
     args: Sequence[str] = (),
     seed: int | None = None,
     script: str = TRAIN_DDP_SCRIPT,
-    delays_ms: Sequence[int] = STRAGGLER_DELAYS_MS,
+    delays_ms: Sequence[int] | None = None,
     **options: Any,
 ) -> RunRecord:
     """Launch a training script with one rank slowed down: its batches take longer to load.
@@ -118,13 +133,15 @@ def launch_with_a_hidden_straggler(
         args: the script's own arguments (the lesson's ``common``).
         seed: make the choice repeatable (the tests'); without it, new every time.
         script: lesson 3's ``train_ddp.py``, or lesson 10's ``train_fsdp.py`` (the same flags).
-        delays_ms: the delays to choose from, ms per batch (:data:`STRAGGLER_DELAYS_MS`).
+        delays_ms: the delays to choose from, ms per batch (default: the script's in
+            :data:`DELAYS_BY_SCRIPT`, else :data:`STRAGGLER_DELAYS_MS`).
         **options: for :func:`helpers.launch` (``echo``, ``timeout``...).
 
     Returns:
         The run's :class:`helpers.RunRecord`.
     """
     chooser = _chooser(seed)
+    delays_ms = delays_ms or DELAYS_BY_SCRIPT.get(Path(script).name, STRAGGLER_DELAYS_MS)
     hidden = [
         "--slow-rank",
         str(chooser.randrange(nproc)),
@@ -169,13 +186,14 @@ def launch_with_a_hidden_slowdown(
 
 def launch_with_a_hidden_stall(seed: int | None = None, **options: Any) -> RunRecord:
     """Launch lesson 12's ``mesh_job.py`` on 4 ranks with one rank stalled before its tp
-    all-reduce at one step (``--bug stall --bug-rank R --bug-step S``, R of 0 to 3 and S of 2
-    to 4 chosen at random and kept in the run's manifest for the check). The job hangs and
+    all-reduce at one step of 7 (``--bug stall --bug-rank R --bug-step S --steps 7``, R of 0 to
+    3 and S of 2 to 7 chosen at random and kept in the run's manifest for the check: a blind
+    guess of both passes one run in 24). The job hangs and
     fails after its 3 s timeout: the failed run's record is returned (not raised). The run's
     experiment is always ``hidden-stall``; ``options`` go to :func:`helpers.launch`."""
     chooser = _chooser(seed)
     hidden = ["--bug", "stall", "--bug-rank", str(chooser.randrange(4))]
-    hidden += ["--bug-step", str(chooser.randrange(2, 5))]
+    hidden += ["--bug-step", str(chooser.randrange(2, 8)), "--steps", "7"]
     options.setdefault("echo", False)
     options.setdefault("timeout", 60)
     options.update(experiment=HIDDEN_STALL_EXPERIMENT, cpu=True)

@@ -15,13 +15,13 @@ from ..analysis import compare_runs, step_times, within_noise
 from ..jobs import launch
 from ..traces import load_run
 from .common import (
-    NOT_ANSWERED,
     TRAIN_DDP_SCRIPT,
     Check,
     arguments,
     close,
     is_run,
     number,
+    predictions,
     whole,
 )
 from .hidden import DELAY_TOLERANCE, HIDDEN_SLOWDOWN_EXPERIMENT, SLOWED_PARTS
@@ -80,21 +80,10 @@ def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
 WORK_FACTORS = ((2.5, 3.5), (2.75, 3.75), (3.0, 4.0))
 
 
-def _asked(predict: Any, factor: float) -> tuple[float | None, str]:
-    """``predict(factor)`` as a number of ms, or None and why not."""
-    try:
-        said = number(predict(factor))
-    except Exception as err:  # the learner's own code: any error is a hint, not a crash
-        return None, f"predict({factor:g}) raised {type(err).__name__}: {err}"
-    return said, "" if said is not None else f"predict({factor:g}) gave no number of ms"
-
-
-def _gives_ellipsis(predict: Any, factor: float) -> bool:
-    """Whether ``predict`` still returns the exercise's ``...`` (not written yet)."""
-    try:
-        return predict(factor) is ...
-    except Exception:
-        return False
+def _in_ms(said: Any, factor: float) -> tuple[float | None, str]:
+    """A prediction of 11.2 as a number of ms, or None and why not."""
+    ms = number(said)
+    return ms, "" if ms is not None else f"predict({factor:g}) gave no number of ms"
 
 
 def _predicted_before_the_run(
@@ -112,14 +101,9 @@ def _predicted_before_the_run(
         return False, 'hand the check the lesson\'s overlap run: check("11.2", predict, slow=runs[40])'  # fmt: skip
     if not callable(answer):
         return False, "answer with a function: predict(factor) gives the median step in ms"
-    factors = random.Random(seed).choice(WORK_FACTORS)
-    if _gives_ellipsis(answer, factors[0]):
-        return None, NOT_ANSWERED
-    predicted = {}
-    for factor in factors:
-        predicted[factor], why = _asked(answer, factor)
-        if predicted[factor] is None:
-            return False, why
+    predicted, instead = predictions(answer, random.Random(seed).choice(WORK_FACTORS), _in_ms)
+    if instead:
+        return instead
     before = load_run(slow).events
     step = float(step_times(before).median(axis=1).median())
     said, right = [], True
@@ -138,9 +122,13 @@ def _predicted_before_the_run(
             )
         if len({round(guess) for _, guess, _, _ in said}) == 1:
             return False, "your prediction does not change with the work: past rank 1's 60 ms, rank 0's work is on the path"  # fmt: skip
-        return False, "not within the noise of the runs: " + "; ".join(
-            f"{factor:g}x: predicted {guess:.0f} ms, measured {row['measured_ms']:.0f} ms"
-            for factor, guess, row, _ in said  # fmt: skip
+        return (
+            False,
+            "not within the noise of the runs (is it the median of the steps after the replay settled, the last four?): "
+            + "; ".join(
+                f"{factor:g}x: predicted {guess:.0f} ms, measured {row['measured_ms']:.0f} ms"
+                for factor, guess, row, _ in said  # fmt: skip
+            ),
         )
     return True, "; ".join(
         f"{factor:g}x the work: you predicted {guess:.0f} ms, the run measured "

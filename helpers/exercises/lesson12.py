@@ -114,7 +114,7 @@ def _stragglers_per_group(answer: Any, run: Any) -> tuple[bool, str]:
     """12.2: ``{"stragglers": {group name: straggler rank or None}, "delay_ms": ms}`` for a run
     of mesh_job.py with one rank slowed at random before its tp all-reduce: each group's
     straggler, and how late the slow rank is per step (to within :data:`DELAY_TOLERANCE`). A
-    blind guess of the stragglers passes one run in four, with the delay one in twenty."""
+    blind guess of the stragglers passes one run in four, with the delay one in 28."""
     wrong = wrong_run(run, MESH_SCRIPT, {"--profile": None}, nproc=4)
     given = arguments(run) if is_run(run) else {}
     slow, delay = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms"))

@@ -1,19 +1,30 @@
 """The checks of lesson 13's exercises (``notebooks/13_pipelines.ipynb``; worked in
 ``solutions/13_solutions.ipynb``): the stage of a pipeline slowed at random and its delay per
 forward, read from the traces (the delay is in no span of its own); and the bubble and the step
-time of a pipeline at a number of micro-batches the lesson did not run, predicted, then
-compared with the learner's own run."""
+time of a pipeline at numbers of micro-batches the lesson did not run, predicted by a function
+the check calls with counts it draws, then compared with runs the check makes after."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from ..analysis import stage_waits, step_times
+from ..jobs import launch
 from ..traces import load_run
-from .common import Check, arguments, close, is_run, number, whole, wrong_delay, wrong_run
+from .common import (
+    Check,
+    arguments,
+    close,
+    is_run,
+    number,
+    predictions,
+    whole,
+    wrong_delay,
+)
 from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PIPELINE_SCRIPT"]
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PIPELINE_SCRIPT", "MICROBATCH_PAIRS"]
 
 #: Lesson 13's pipeline of stages, one per rank.
 PIPELINE_SCRIPT = "pipeline_job.py"
@@ -26,8 +37,10 @@ _LAUNCH_13_1 = (
 #: forward less another stage's, it comes within 1 ms; the slow forward's whole length (the
 #: stage's own 10 ms of work on top) is refused.
 DELAY_TOLERANCE = (0.05, 3.0)
-#: The micro-batch counts the lesson ran (13.2 asks for another).
-LESSON_MICROBATCHES = (2, 4, 6)
+#: The pairs of micro-batch counts 13.2's check draws (one pair), none the lesson ran (2, 4, 6):
+#: each has a small count (3 or 5), where the bubble over m slots, (p - 1) / m, is 10 or more
+#: points off, and a large one (8 or 10), 3 or more slots apart, so no one guess fits both.
+MICROBATCH_PAIRS = ((3, 8), (5, 10), (3, 10), (5, 8))
 #: How close 13.2's predictions must come: the bubble in percentage points (the lesson's own
 #: tolerance against the textbook), the step time as a share of the measured one.
 BUBBLE_POINTS, STEP_SHARE = 6.0, 0.15
@@ -61,42 +74,61 @@ def _the_slow_stage(answer: Any, run: Any) -> tuple[bool, str]:
     )
 
 
-def _the_bubble_predicted(prediction: Any, run: Any) -> tuple[bool, str]:
-    """13.2: ``{"microbatches": m, "bubble_pct": %, "step_ms": ms}`` predicted for a GPipe run
-    at a count the lesson did not run, then compared with that run's measures."""
-    if not isinstance(prediction, dict) or {"microbatches", "bubble_pct", "step_ms"} - set(
-        prediction
-    ):
-        return False, 'predict {"microbatches": ..., "bubble_pct": ..., "step_ms": ...}'
-    m = whole(prediction["microbatches"])
-    if m is None or m < 1 or m in LESSON_MICROBATCHES:
-        return False, "choose a number of micro-batches the lesson did not run (not 2, 4 or 6)"
-    wanted = {"--schedule": "gpipe", "--microbatches": str(m)}
-    defaults = {"--work-ms": "10", "--slow-rank": "-1"}
-    problem = wrong_run(run, PIPELINE_SCRIPT, wanted, defaults=defaults, nproc=3)
-    if problem:
-        return False, problem
+def _bubble_and_step(said: Any, m: int) -> tuple[tuple[float, float] | None, str]:
+    """A prediction of 13.2 as ``(bubble %, step ms)``, or None and why not."""
+    shape = 'predict(m) gives {"bubble_pct": ..., "step_ms": ...}'
+    if not isinstance(said, dict) or {"bubble_pct", "step_ms"} - set(said):
+        return None, shape
+    bubble, step_ms = number(said["bubble_pct"]), number(said["step_ms"])
+    if bubble is not None and 0 < bubble < 1:
+        return None, "give the bubble in % of the step (25 for a quarter), not as a fraction"
+    return ((bubble, step_ms), "") if None not in (bubble, step_ms) else (None, shape)
+
+
+def _measured(base: Any, m: int) -> tuple[float, float]:
+    """The bubble (%) and the median step (ms) of a GPipe run of ``m`` micro-batches, run now
+    as ``base`` (one of the lesson's) was."""
+    run = launch(base.script, nproc=base.nproc, experiment=f"pipeline-gpipe-{m}", cpu=True, echo=False, args=["--schedule", "gpipe", "--microbatches", str(m)])  # fmt: skip
     events = load_run(run).events
     bubble = 100 * float(stage_waits(events).groupby("rank")["share"].median().median())
-    step_ms = float(step_times(events).median(axis=1).median())
-    said_bubble, said_step = number(prediction["bubble_pct"]), number(prediction["step_ms"])
-    if said_bubble is not None and 0 < said_bubble < 1:
-        return False, "give the bubble in % of the step (25 for a quarter), not as a fraction"
-    if said_bubble is None or abs(said_bubble - bubble) > BUBBLE_POINTS:
-        return False, (
-            f"the bubble is off (your run: more than {BUBBLE_POINTS:g} points away): count, in "
-            "the lesson's drawing of the schedules, the slots a stage is idle and the slots "
-            "the step lasts"
-        )
-    if said_step is None or not close(said_step, step_ms, STEP_SHARE, 0.0):
-        return False, (
-            f"the bubble is right; the step time is off (more than {STEP_SHARE:.0%} from your "
-            "run's): a step lasts as many slots as the drawing shows, each slot one forward "
-            "and one backward with their transfers; time a slot from the lesson's runs"
-        )
-    return True, (
-        f"your run of {m} micro-batches: a bubble of {bubble:.1f} % (you said "
-        f"{said_bubble:g}) and steps of {step_ms:.0f} ms (you said {said_step:g})"
+    return bubble, float(step_times(events).median(axis=1).median())
+
+
+def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tuple[bool | None, str]:  # fmt: skip
+    """13.2: ``predict(m)``, a function giving ``{"bubble_pct": %, "step_ms": ms}`` of a GPipe
+    run of ``m`` micro-batches, 3 stages, from the lesson's runs (``base``: one of its GPipe
+    runs). The check draws two counts the lesson did not run (:data:`MICROBATCH_PAIRS`, a small
+    one among them, where the bubble over m slots is far off), asks for both predictions, then
+    runs the job with each and compares. ``seed``: the tests' choice of pair."""
+    given = arguments(base) if is_run(base) else {}
+    if not is_run(base) or base.script != PIPELINE_SCRIPT or given.get("--schedule") != "gpipe" or base.nproc != 3:  # fmt: skip
+        return False, 'hand the check one of the lesson\'s GPipe runs: check("13.2", predict, base=runs["gpipe-4"])'  # fmt: skip
+    if not callable(answer):
+        return False, 'answer with a function: predict(m) gives {"bubble_pct": ..., "step_ms": ...}'  # fmt: skip
+    pair = random.Random(seed).choice(MICROBATCH_PAIRS)
+    said, instead = predictions(answer, pair, _bubble_and_step)
+    if instead:
+        return instead
+    measured = {m: _measured(base, m) for m in pair}  # only now: after both predictions
+    for m in pair:
+        if abs(said[m][0] - measured[m][0]) > BUBBLE_POINTS:
+            return False, (
+                f"the bubble is off for {m} micro-batches (more than {BUBBLE_POINTS:g} points "
+                "from the run): count, in the lesson's drawing of the schedules, the slots a "
+                "stage is idle and the slots the step lasts"
+            )
+    for m in pair:
+        if not close(said[m][1], measured[m][1], STEP_SHARE, 0.0):
+            return False, (
+                f"the bubble is right; the step time is off for {m} micro-batches (more than "
+                f"{STEP_SHARE:.0%} from the run): a step lasts as many slots as the drawing "
+                "shows, each slot one forward and one backward with their transfers; time a "
+                "slot from the lesson's runs"
+            )
+    return True, "; ".join(
+        f"{m} micro-batches: a bubble of {measured[m][0]:.1f} % (you said {said[m][0]:.1f}) and "
+        f"steps of {measured[m][1]:.0f} ms (you said {said[m][1]:.0f})"
+        for m in pair
     )
 
 

@@ -21,7 +21,7 @@ SCRIPTS = (TRAIN_DDP_SCRIPT,)
 FLAGS = ("--profile-ranks", "--slow-rank", "--delay-ms")
 #: The answer when the straggler is one of the ranks that left no trace.
 NOT_PROFILED = "not profiled"
-_LAUNCH = 'launch_with_a_hidden_straggler(3, common + ["--profile-ranks", "0,1"], delays_ms=(300, 400, 500))'  # fmt: skip
+_LAUNCH = 'launch_with_a_hidden_straggler(3, common + ["--profile-ranks", "0,1"], delays_ms=FEW_RANKS_DELAYS_MS)'  # fmt: skip
 
 
 def _profiled(run: Any) -> list[int] | None:
@@ -36,7 +36,8 @@ def _profiled(run: Any) -> list[int] | None:
 def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
     """14.1: ``{"straggler": rank or "not profiled", "delay_ms": ms}``: the slowed rank of a job
     profiled on some of its ranks (or "not profiled" when it left no trace), and its delay per
-    step to within :data:`DELAY_TOLERANCE`. A blind guess passes one run in nine."""
+    step to within :data:`DELAY_TOLERANCE`. A blind guess passes one run in 21 (one of 3 ranks,
+    one of the 7 :data:`FEW_RANKS_DELAYS_MS`)."""
     hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
     profiled = _profiled(run) if is_run(run) else None
     given = arguments(run) if is_run(run) else {}
