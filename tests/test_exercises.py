@@ -598,7 +598,7 @@ def hidden_slowdown(tmp_path_factory) -> RunRecord:
 
 
 @pytest.fixture(scope="module")
-def overlap_runs(tmp_path_factory):
+def check_runs(tmp_path_factory):
     """Exercises 11.2's and 13.2's checks launch the job with the work or micro-batches they
     drew: here each launch is answered by its recording (recordings/overlap-<ms>,
     pipeline-gpipe-<m>), and the launches are kept, in order."""
@@ -671,7 +671,7 @@ def right_evidence(
     hung_at_15,
     sharded_straggler,
     hidden_slowdown,
-    overlap_runs,
+    check_runs,
     hidden_stall,
     mesh_straggler,
     hidden_slow_stage,
@@ -1238,7 +1238,7 @@ WRONG_11 = [
 
 
 @pytest.fixture
-def overlap_40(lesson_run, overlap_runs):
+def overlap_40(lesson_run, check_runs):
     return lesson_run("overlap-40")
 
 
@@ -1249,7 +1249,7 @@ def step_of(run) -> float:
     return float(step_times(load_run(run).events).median(axis=1).median())
 
 
-def test_11_2_runs_the_job_after_the_predictions_with_the_work_it_drew(overlap_40, overlap_runs):
+def test_11_2_runs_the_job_after_the_predictions_with_the_work_it_drew(overlap_40, check_runs):
     import random
 
     from helpers.exercises.lesson11 import WORK_FACTORS
@@ -1257,15 +1257,15 @@ def test_11_2_runs_the_job_after_the_predictions_with_the_work_it_drew(overlap_4
     asked = []
 
     def predict(factor):
-        asked.append((factor, list(overlap_runs)))
+        asked.append((factor, list(check_runs)))
         return 40 * factor
 
-    before = len(overlap_runs)
+    before = len(check_runs)
     evaluate("11.2", predict, slow=overlap_40, seed=0)
     drawn = random.Random(0).choice(WORK_FACTORS)
     assert sorted({f for f, _ in asked}) == list(drawn)
     assert all(len(seen) == before for _, seen in asked)  # nothing ran before both were given
-    assert overlap_runs[before:] == [f"overlap-{40 * f:g}" for f in drawn]
+    assert check_runs[before:] == [f"overlap-{40 * f:g}" for f in drawn]
 
 
 WRONG_11_2 = {
@@ -1297,7 +1297,7 @@ def test_11_2_a_blind_guess_passes_under_one_run_in_twenty(overlap_40):
     assert sum(passed) / len(passed) < 1 / 20
 
 
-def test_11_2_refuses_a_first_run_that_is_not_the_overlap_job(lesson_run, overlap_runs):
+def test_11_2_refuses_a_first_run_that_is_not_the_overlap_job(lesson_run, check_runs):
     said = evaluate("11.2", lambda f: 60.0, slow=lesson_run("ddp-straggler"))
     assert rejected(said, "runs[40]")
 
@@ -1411,7 +1411,7 @@ def test_a_wrong_stage_in_13_1_gets_one_hint_whatever_the_stage(hidden_slow_stag
 
 
 @pytest.fixture
-def gpipe_4(lesson_run, overlap_runs):
+def gpipe_4(lesson_run, check_runs):
     return lesson_run("pipeline-gpipe-4")
 
 
@@ -1448,17 +1448,17 @@ def test_13_2_rejects_the_plausible_wrong_models(gpipe_4, model, hint, seed):
     assert rejected(said, hint)
 
 
-def test_13_2_runs_the_job_only_after_both_predictions(gpipe_4, overlap_runs):
+def test_13_2_runs_the_job_only_after_both_predictions(gpipe_4, check_runs):
     import random
 
     from helpers.exercises.lesson13 import MICROBATCH_PAIRS
 
     seen, right = [], textbook_bubble(gpipe_4)
-    before = len(overlap_runs)
-    evaluate("13.2", lambda m: (seen.append(len(overlap_runs)), right(m))[1], base=gpipe_4, seed=1)  # fmt: skip
+    before = len(check_runs)
+    evaluate("13.2", lambda m: (seen.append(len(check_runs)), right(m))[1], base=gpipe_4, seed=1)  # fmt: skip
     assert set(seen) == {before}  # every prediction was made before any run
     pair = random.Random(1).choice(MICROBATCH_PAIRS)
-    assert overlap_runs[before:] == [f"pipeline-gpipe-{m}" for m in pair]
+    assert check_runs[before:] == [f"pipeline-gpipe-{m}" for m in pair]
     assert not {2, 4, 6} & set(pair)
 
 
@@ -1475,7 +1475,7 @@ def test_13_2_a_blind_guess_passes_under_one_run_in_twenty(gpipe_4):
     assert sum(passed) / len(passed) < 1 / 20
 
 
-def test_13_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, overlap_runs):
+def test_13_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, check_runs):
     said = evaluate("13.2", textbook_bubble(lesson_run("pipeline-gpipe-4")), base=lesson_run("pipeline-1f1b"))  # fmt: skip
     assert rejected(said, "one of the lesson's GPipe runs")
 

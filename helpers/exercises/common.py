@@ -16,7 +16,6 @@ from typing import Any
 __all__ = [
     "Check",
     "NOT_ANSWERED",
-    "still_unanswered",
     "predictions",
     "TRAIN_DDP_SCRIPT",
     "WINDOW_TRACES",
@@ -219,7 +218,7 @@ def predictions(
     prediction, or None and why not), all of them before the check runs anything. Returns the
     predictions, or else the check's answer to give: not answered yet (``predict`` still
     returns ``...``), or a hint (it raised, or gave something ``read`` refused)."""
-    if still_unanswered(predict, values[0]):
+    if _still_unanswered(predict, values[0]):
         return {}, (None, NOT_ANSWERED)
     said = {}
     for value in values:
@@ -233,7 +232,7 @@ def predictions(
     return said, None
 
 
-def still_unanswered(predict: Any, value: Any) -> bool:
+def _still_unanswered(predict: Any, value: Any) -> bool:
     """Whether ``predict``, a function the learner writes, still returns the exercise's ``...``
     (not written yet); a function that raises is answered (its error is a hint)."""
     try:
