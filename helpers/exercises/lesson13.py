@@ -113,15 +113,17 @@ def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tu
     for m in pair:
         if abs(said[m][0] - measured[m][0]) > BUBBLE_POINTS:
             return False, (
-                f"the bubble is off for {m} micro-batches (more than {BUBBLE_POINTS:g} points "
-                "from the run): count, in the lesson's drawing of the schedules, the slots a "
-                "stage is idle and the slots the step lasts"
+                f"the bubble is off for {m} micro-batches: you said {said[m][0]:.1f} %, the "
+                f"run waited {measured[m][0]:.1f} % (more than {BUBBLE_POINTS:g} points "
+                "apart): count, in the lesson's drawing of the schedules, the slots a stage is "
+                "idle and the slots the step lasts"
             )
     for m in pair:
         if not close(said[m][1], measured[m][1], STEP_SHARE, 0.0):
             return False, (
-                f"the bubble is right; the step time is off for {m} micro-batches (more than "
-                f"{STEP_SHARE:.0%} from the run): a step lasts as many slots as the drawing "
+                f"the bubble is right; the step time is off for {m} micro-batches: you said "
+                f"{said[m][1]:.0f} ms, the run's steps took {measured[m][1]:.0f} (more than "
+                f"{STEP_SHARE:.0%} apart): a step lasts as many slots as the drawing "
                 "shows, each slot one forward and one backward with their transfers; time a "
                 "slot from the lesson's runs"
             )
