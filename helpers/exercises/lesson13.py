@@ -37,7 +37,8 @@ _LAUNCH_13_1 = (
 #: forward less another stage's, it comes within 1 ms; the slow forward's whole length (the
 #: stage's own 10 ms of work on top) is refused.
 DELAY_TOLERANCE = (0.05, 3.0)
-#: The pairs of micro-batch counts 13.2's check draws (one pair), none the lesson ran (2, 4, 6; 1F1B at 12):
+#: The pairs of micro-batch counts 13.2's check draws (one pair), none the lesson ran (GPipe at 2,
+#: 4 and 6, 1F1B at 12):
 #: each has a small count (3 or 5), where the bubble over m slots, (p - 1) / m, is 10 or more
 #: points off, and a large one (8 or 10), 3 or more slots apart, so no one guess fits both.
 MICROBATCH_PAIRS = ((3, 8), (5, 10), (3, 10), (5, 8))
