@@ -278,6 +278,41 @@ BUILDERS = {
         ("stream wait", "GPU 0 stream 7"),
         {("r0 gemm.end", "r0 gap.end", 5)},
     ),
+    "stream wait: inferred from timing where no record call is traced": (
+        [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
+         call("cudaStreamWaitEvent", 20, 5, 3), launch(30, 10, 4), kernel("relu", 525, 100, 4),
+         call("cudaDeviceSynchronize", 45, 585, 9)],  # fmt: skip
+        ("stream wait", "GPU 0 stream 7"),
+        {("r0 gemm.end", "r0 gap.end", 5)},
+    ),
+    "stream wait: no other stream's work ended within 50 µs of the stream going on": (
+        [step(0, 720), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
+         call("cudaStreamWaitEvent", 20, 5, 3), launch(30, 10, 4), kernel("relu", 600, 100, 4),
+         call("cudaDeviceSynchronize", 45, 665, 9)],  # fmt: skip
+        ("stream wait", "GPU 0 stream 7"),
+        set(),
+    ),
+    "sync: a cudaFree that returned once every stream's work had ended waited for all of it": (
+        [*TWO_STREAMS, call("cudaFree", 20, 490, 3)],
+        ("sync", "thread 1"),
+        {("r0 gemm.end", "r0 cudaFree.end", 10), ("r0 other.end", "r0 cudaFree.end", 10)},
+    ),
+    "sync: a cudaFree that returned while work launched before it ran waited for none": (
+        [*TWO_STREAMS, call("cudaFree", 20, 100, 3)],
+        ("sync", "thread 1"),
+        set(),
+    ),
+    "sync: an op's long own time that ended just after GPU work under way all along": (
+        [step(0, 10_000), launch(0, 10, 1), kernel("long", 15, 8_000, 1), op("aten::cat", 20, 8_500)],  # fmt: skip
+        ("sync", "thread 1"),
+        {("r0 long.end", "r0 aten::cat.end", 505)},
+    ),
+    "sync: an annotation's long time is never read so (user code may sleep)": (
+        [step(0, 10_000), launch(0, 10, 1), kernel("long", 15, 8_000, 1),
+         op("sleep", 20, 8_500, cat="user_annotation")],  # fmt: skip
+        ("sync", "thread 1"),
+        set(),
+    ),
     "queue: a kernel launched while the stream was busy waits behind the one before": (
         {0: [step(0, 1000), launch(0, 10, 1), launch(20, 10, 2), op("cudaDeviceSynchronize", 30, 970, cat="cuda_runtime"),  # fmt: skip
              kernel("gemm", 15, 500, 1), kernel("relu", 520, 400, 2)]},

@@ -79,11 +79,12 @@ KNOWN = {
         (0, "^gloo:all_reduce$", 0.5), 0.6575, "wake-up",
     ),
     "sync: a device sync waits for every stream, not only the one that ended last": (
-        # without stream 7's kernel (15-475) the sync still waits for stream 9's (25-300): it
-        # ends 5 µs after, at 305, and the step 10 µs later
+        # without stream 7's kernel (15-475) the sync still waits for stream 9's (25-300), which
+        # shared the GPU with it all along: alone, it takes half as long (SHARED_GPU), 25-162.5;
+        # the sync ends 5 µs after, at 167.5, and the step 10 µs later
         {0: [step(0, 490), launch(0, 10, 1), kernel("long", 15, 460, 1), launch(10, 10, 2),
              kernel("short", 25, 275, 2, stream=OTHER), sync_call("cudaDeviceSynchronize", 20, 460)]},
-        (0, "^long$", 0.0), 0.315, "sync",
+        (0, "^long$", 0.0), 0.1775, "sync",
     ),
     "sync: a blocking copy waits for its copy, which waits behind the kernel before it": (
         # without the kernel (15-415), the copy starts once launched (the call began at 20):
@@ -108,6 +109,27 @@ KNOWN = {
              launch(300, 10, 4), kernel("relu", 525, 100, 4), sync_call("cudaDeviceSynchronize", 320, 310)]},
         (0, "^prepare$", 0.0), 0.640, "stream wait",
     ),
+    "stream wait: inferred from timing, where the trace holds no record call": (
+        # the same run with no record call traced: relu began 5 µs after gemm ended, the one
+        # work of another stream that ended just before it: the same answer
+        {0: [step(0, 640), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
+             op("cudaStreamWaitEvent", 20, 5, cat="cuda_runtime", correlation=3), op("prepare", 30, 270),
+             launch(300, 10, 4), kernel("relu", 525, 100, 4), sync_call("cudaDeviceSynchronize", 320, 310)]},
+        (0, "^prepare$", 0.0), 0.640, "stream wait",
+    ),
+    "sync: a cudaFree that waited for the device returns sooner without the kernel": (
+        # without gemm (15-415), cudaFree (20-420, 5 µs after gemm ended) ends 5 µs after its
+        # start: 25; the add 25-125, the untraced 80 µs after it: 205
+        {0: [step(0, 600), launch(0, 10, 1), kernel("gemm", 15, 400, 1), sync_call("cudaFree", 20, 400),
+             op("aten::add", 420, 100)]},
+        (0, "^gemm$", 0.0), 0.205, "sync",
+    ),
+    "sync: an op that waited inside, in a call not traced, ends sooner without the kernel": (
+        # the cat's own time (20-8520) ended 505 µs after the NCCL-like kernel (15-8015): without
+        # it, the cat ends 505 µs after its start (525), and the step's last 1480 µs follow: 2005
+        {0: [step(0, 10_000), launch(0, 10, 1), kernel("long", 15, 8_000, 1), op("aten::cat", 20, 8_500)]},
+        (0, "^long$", 0.0), 2.005, "sync",
+    ),
     "launch: a kernel starts once launched, and the CPU's wait for it with it": (
         # without the CPU's 300 µs before the launch: launch 0-10, the kernel 15-215, the sync
         # ends 5 µs after it (220), the step 10 µs later
@@ -121,6 +143,15 @@ KNOWN = {
         {0: [step(0, 930), launch(0, 10, 1), kernel("gemm", 15, 500, 1), launch(20, 10, 2),
              kernel("relu", 520, 400, 2), sync_call("cudaDeviceSynchronize", 30, 895)]},
         (0, "^gemm$", 0.0), 0.445, "queue",
+    ),
+    "queue: a kernel that waited for room on the GPU starts once the other stream's is gone": (
+        # small (launched by 15) waited on stream 7 from 100 to 515 while big held the GPU on
+        # stream 9 (100-510): without big, its queue is 410 µs shorter, 105-205; the sync ends
+        # 5 µs after (210) and the step 10 µs later
+        {0: [step(0, 630), launch(0, 5, 1), kernel("first", 10, 90, 1), launch(5, 5, 2),
+             kernel("big", 100, 410, 2, stream=OTHER), launch(10, 5, 3), kernel("small", 515, 100, 3),
+             sync_call("cudaDeviceSynchronize", 15, 605)]},
+        (0, "^big$", 0.0), 0.220, "queue",
     ),
     "completion: a step ends no sooner than the collective its gloo thread ran in it": (
         # rank 0 never waits for its all-reduce (its op overlaps it); without the op its step

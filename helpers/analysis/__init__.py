@@ -10,7 +10,9 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``steps``: step times, time per kind, the heaviest ops, time per line of a script.
 - ``collectives``: the same collective matched on every rank; waiting against moving data,
   the straggler, overlap with computation; ``arrival``: when each rank arrived at one (its
-  data ready: a rank that first waits for its own GPU arrives when that ends); ``bandwidth``:
+  data ready: a rank that first waits for its own GPU arrives when that ends); ``kernel_ends``:
+  NCCL kernels without sequence numbers matched across ranks by their order, checked against
+  their times (ranks whose profiling began a collective apart); ``bandwidth``:
   the bandwidth each achieved, as nccl-tests defines it.
 - ``point_to_point``: each send paired with the receive that took its data (a pipeline's
   stages), from the peers and tags the trace records; how long each stage waited for the others.

@@ -16,9 +16,16 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import GPU_COPY_CATEGORIES, GPU_WORK_KINDS, event_names, name_matches
+from ..traces.kinds import (
+    GPU_CATEGORIES,
+    GPU_COPY_CATEGORIES,
+    GPU_WORK_KINDS,
+    event_names,
+    name_matches,
+)
 from .arrival import data_ready
 from .intervals import busy_ms_per_group, covered_us, merge_intervals
+from .kernel_ends import align_by_time
 from .point_to_point import TRANSFER_RECORDS
 
 __all__ = [
@@ -114,6 +121,10 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     ev["key"] = key
     ev["matched_by"] = pd.Categorical([_MATCHED_BY[h] for h in how])
     ev["index"] = ev.groupby(["rank", "key"]).cumcount()
+    ev.attrs["world_size"] = events.attrs.get("world_size", np.inf)
+    ev = align_by_time(
+        ev, ev["cat"].isin(GPU_CATEGORIES).to_numpy(), name_matches(ev, POINT_TO_POINT)
+    )
     ev["arrival_us"] = data_ready(events, ev)
     _warn_across_groups(events, ev)
     return ev

@@ -239,10 +239,20 @@ def load_run(
             _cache.write(cache_file, run.events, run.headers, run.skipped)
     _check_expected(run.headers, expect_ranks, folder)
     check_one_run(run.headers, same_run)
-    groups = [h.process_groups for h in run.headers if h.process_groups is not None]
-    if groups:  # read by the matching of collectives (helpers.matched_collectives)
-        run.events.attrs["process_groups"] = max(groups)
+    _note_the_job(run)
     return run
+
+
+def _note_the_job(run: RunTraces) -> None:
+    """Put in ``run.events.attrs`` what the matching of collectives reads of the job
+    (:func:`helpers.matched_collectives`): the most process groups a rank is in, and the job's
+    size (it pairs sends and receives by their times only where every rank is here)."""
+    groups = [h.process_groups for h in run.headers if h.process_groups is not None]
+    if groups:
+        run.events.attrs["process_groups"] = max(groups)
+    sizes = [h.world_size for h in run.headers if h.world_size is not None]
+    if sizes:
+        run.events.attrs["world_size"] = max(sizes)
 
 
 def _load_files(

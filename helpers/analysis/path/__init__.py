@@ -6,7 +6,8 @@ what-if, on one dependency graph of the run's moments.
 - ``lanes``: every lane of a run (a thread, a GPU stream) cut into intervals, with its graph;
 - ``wakers``: what ended each wait (a waker on another lane, a worker lane's event's issuer);
 - ``builders``: the edges of what each interval may have waited for, every candidate, and
-  ``gpu_waits``: those of a CPU thread waiting for the GPU and of a stream waiting for another;
+  ``gpu_waits``: those of a CPU thread waiting for the GPU and of a stream waiting for another
+  (``gpu_work``: the GPU work they read, and the op that launched each kernel);
 - ``graph``: the graph of edges, the last arrival that binds each moment, the replay of the
   run's times, and what is wrong with a graph (:func:`validate`);
 - ``walk``: the critical path, walked back along the binding edges (:func:`critical_path`);

@@ -48,7 +48,7 @@ from .dependencies import (
     WAKE_UP,
     WORK,
 )
-from .gpu_waits import BLOCKING_CALLS, stream_wait_edges, sync_edges
+from .gpu_waits import BLOCKING_CALLS, blocked_op_edges, stream_wait_edges, sync_edges
 from .graph import Edges, Graph
 from .wakers import (
     IntervalArrays,
@@ -314,5 +314,6 @@ BUILDERS = (
     stream_wait_edges,
     wake_edges,
     cuda_wait_edges,
+    blocked_op_edges,
     completion_edges,
 )

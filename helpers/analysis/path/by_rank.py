@@ -127,6 +127,8 @@ class _RankWalker(PathWalker):
         """Whether a walk entering ``row`` at ``t`` goes on as one that entered at ``entered``:
         always through its own time, never through a collective (another rank goes on), through
         a wait when both leave it for the same moment of what it waited for."""
+        if self.issued_inside:  # this walk takes its own time, from within (PathWalker.take)
+            return False
         dependency = DEPENDENCIES[self.dependency[row]]
         if dependency.own_time or dependency.collective:
             return dependency.own_time

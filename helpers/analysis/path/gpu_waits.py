@@ -4,7 +4,9 @@ builders of ``sync`` and ``stream wait`` edges (:mod:`.builders` runs them).
 **The CPU waits for the GPU** (:func:`sync_edges`), in a CUDA call that blocks until GPU work
 launched before it has ended:
 
-- ``cudaDeviceSynchronize`` waited for every stream's last work;
+- ``cudaDeviceSynchronize`` waited for every stream's last work, and so did a ``cudaFree``
+  that returned once all of it had ended (it may synchronise the device, and does unless the
+  memory came from the stream-ordered allocator: *inferred from timing*);
 - ``cudaStreamSynchronize`` for its stream's: the ``Stream Sync`` record says which stream
   where the trace has sync records (``enable_cuda_sync_events``); without, the stream whose
   last work ended closest to the call's end is taken, and the edge is *inferred*;
@@ -14,7 +16,11 @@ launched before it has ended:
 - a blocking copy (``cudaMemcpy``; ``cudaMemcpyAsync`` to pageable memory, ``.item()``,
   ``.cpu()``) for the copy it launched, where the call returned once the copy had ended;
 - a launch held by a full launch queue, for the GPU work that ended as it returned
-  (:func:`.wakers.find_wakers`).
+  (:func:`.wakers.find_wakers`);
+- an op that waited inside, in a call the profiler did not record (the caching allocator
+  giving memory back waits for the device): a long stretch of an op's own time that ended
+  just after GPU work of its rank, under way all along, ended (:func:`blocked_op_edges`,
+  *inferred from timing*).
 
 **A stream waits for another** (:func:`stream_wait_edges`): each ``cudaStreamWaitEvent`` call
 made the stream of the next work launched from its thread (or the stream its ``Stream Wait
@@ -23,145 +29,64 @@ record names by correlation, else the last record call on the same thread before
 the last work launched from that thread before the record (*inferred*: PyTorch's own events are
 recorded with ``cudaEventRecordWithFlags``, which Kineto does not match; Kineto's pull requests
 808 and 1318 match them the same way). NCCL's kernels wait for the compute stream this way.
+Where neither says it (no record call is traced, or its call carries no stream and the work
+before it ran on the waiting stream itself), the GPU's own timing does: the stream's next work
+began later than its launch and the stream's previous work allowed, within
+:data:`STREAM_WAIT_BOUND_US` after work on another stream of the rank ended: that is the work
+it waited for (*inferred from timing*). Only the rank's own streams are looked at: two
+processes sharing a GPU slow each other's kernels without any wait between them.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import GPU_CATEGORIES, name_matches
 from .dependencies import STREAM_WAIT, SYNC
-from .graph import Edges
-from .wakers import (
-    WAKE_TOLERANCE_US,
-    IntervalArrays,
-    event_ends,
-    find_wakers,
-    first_row,
-    launched_on_a_gpu,
-)
+from .gpu_work import FoundEdges, GpuWork, records_by_call, runtime_calls
+from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
+from .wakers import WAKE_TOLERANCE_US, event_ends, find_wakers, first_row
 
-__all__ = ["GpuWork", "sync_edges", "stream_wait_edges", "launching_ops", "BLOCKING_CALLS"]
+__all__ = [
+    "sync_edges",
+    "stream_wait_edges",
+    "blocked_op_edges",
+    "BLOCKING_CALLS",
+    "STREAM_WAIT_BOUND_US",
+    "BLOCKED_OP_MIN_US",
+    "BLOCKED_OP_BOUND_US",
+]
 
-#: CUDA runtime calls that block the CPU until the GPU has done something.
-BLOCKING_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy(?:Async)?$|^cu(?:da)?LaunchKernel(?:ExC)?$"  # fmt: skip
+#: CUDA runtime calls that block the CPU until the GPU has done something (``cudaFree`` may).
+BLOCKING_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy(?:Async)?$|^cu(?:da)?LaunchKernel(?:ExC)?$|^cudaFree(?:Host)?$"  # fmt: skip
+#: How soon after the work it waited for ended a stream's next work begins (µs): on the shared
+#: V100 and H200 traces, a kernel that no launch or earlier work of its stream held began 1 to
+#: 15 µs after another stream's work ended (9 in 10), then nothing until about 90 µs.
+STREAM_WAIT_BOUND_US = 50.0
+#: The shortest stretch of an op's own time read as a wait for the GPU inside it (µs) ...
+BLOCKED_OP_MIN_US = 5000.0
+#: ... where it ended at most this long after GPU work of its rank ended (µs): on 4 V100s, a
+#: ``cudaFree`` that synchronised the device returned 1.0 ms after the NCCL kernel it waited for.
+BLOCKED_OP_BOUND_US = 1500.0
 _RECORDS = r"^cudaEventRecord(?:WithFlags)?$"
-_GPU = list(GPU_CATEGORIES)
 _STREAM_WAITS = r"^cudaStreamWaitEvent$"
-
-
-@dataclass
-class GpuWork:
-    """A run's GPU work launched from the CPU, per rank: each work's interval ``row`` (its last),
-    ``stream``, ``launch`` (when its launch call began), ``end``, and ``lane`` (the lane of its
-    launch call; -1 where the call is not in the trace), sorted by launch."""
-
-    row: np.ndarray
-    stream: np.ndarray
-    launch: np.ndarray
-    end: np.ndarray
-    lane: np.ndarray
-
-    @classmethod
-    def of(cls, ev: pd.DataFrame, arrays: IntervalArrays, rank: int, calls: pd.DataFrame) -> GpuWork:  # fmt: skip
-        """The GPU work of ``rank`` among ``ev``, whose launch calls are among ``calls``
-        (the runtime calls of the rank, with ``lane_id``)."""
-        work = launched_on_a_gpu(ev)
-        work = work[(work["rank"] == rank).to_numpy()].sort_values("launch_us", kind="stable")
-        rows = _last_rows(arrays, work.index.to_numpy(np.int64))
-        lane_of = dict(zip(calls["start_us"].tolist(), calls["lane_id"].tolist()))
-        lanes = np.array([lane_of.get(t, -1) for t in work["launch_us"].tolist()], dtype=np.int64)
-        kept = rows >= 0
-        return cls(
-            rows[kept],
-            work["stream"].to_numpy(dtype=float)[kept],
-            work["launch_us"].to_numpy(dtype=float)[kept],
-            arrays.end[rows[kept]],
-            lanes[kept],
-        )
-
-    def last_before(self, t: float, stream: float | None = None, lane: int | None = None) -> int:
-        """The position of the last work launched before ``t`` (on ``stream``, from ``lane``,
-        where given); -1 for none."""
-        mine = np.flatnonzero(self.launch < t)
-        if stream is not None:
-            mine = mine[self.stream[mine] == stream]
-        if lane is not None:
-            mine = mine[self.lane[mine] == lane]
-        return int(mine[-1]) if len(mine) else -1
-
-    def first_after(self, t: float, lane: int) -> int:
-        """The position of the first work launched from ``lane`` after ``t``; -1 for none."""
-        mine = np.flatnonzero((self.launch > t) & (self.lane == lane))
-        return int(mine[0]) if len(mine) else -1
-
-
-def _last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
-    """The last interval row of each of ``events`` (labels); -1 for an event without one."""
-    at = np.flatnonzero(np.isin(arrays.event, events))[::-1]  # read backwards: the last first
-    labels, first = np.unique(arrays.event[at], return_index=True)
-    if not len(labels):
-        return np.full(len(events), -1, dtype=np.int64)
-    where = np.minimum(np.searchsorted(labels, events), len(labels) - 1)
-    return np.where(labels[where] == events, at[first][where], -1).astype(np.int64)
-
-
-def _calls(run, pattern: str | None = None) -> pd.DataFrame:
-    """The run's CUDA runtime calls (matching ``pattern``) with their lane and last interval."""
-    ev = run.ev
-    calls = ev[(ev["kind"] == "cuda runtime").to_numpy()]
-    if pattern is not None:
-        calls = calls[name_matches(calls, pattern)]
-    rows = _last_rows(run.arrays, calls.index.to_numpy(np.int64))
-    calls = calls[rows >= 0].assign(row=rows[rows >= 0])
-    return calls.assign(lane_id=run.arrays.lane[calls["row"].to_numpy()])
-
-
-def _records_by_call(syncs: pd.DataFrame, kind: str) -> dict[tuple[int, float], tuple]:
-    """The sync records of one ``kind`` (``Stream Sync``, ...) by their call's ``(rank,
-    start)``: ``(stream, wait_stream, waits_for_us)`` (NaN where unknown)."""
-    mine = syncs[(syncs["name"] == kind).to_numpy() & syncs["launch_us"].notna().to_numpy()]
-    keys = zip(mine["rank"].tolist(), mine["launch_us"].tolist())
-    values = zip(*(mine[c].to_numpy(dtype=float) for c in ("stream", "wait_stream", "waits_for_us")))  # fmt: skip
-    return dict(zip(keys, values))
-
-
-class _Found:
-    """Edges found, exact and inferred, of one dependency."""
-
-    def __init__(self):
-        self.exact: tuple[list, list] = ([], [])
-        self.inferred: tuple[list, list] = ([], [])
-
-    def add(self, source: int, target: int, inferred: bool) -> None:
-        sources, targets = self.inferred if inferred else self.exact
-        sources.append(source)
-        targets.append(target)
-
-    def edges(self, dependency, lag=None) -> list[Edges]:
-        return [
-            Edges.of(*self.exact, dependency, lag),
-            Edges.of(*self.inferred, dependency, lag, inferred=True),
-        ]
 
 
 def sync_edges(run, rows: np.ndarray) -> list[Edges]:
     """``sync``: for each of ``rows`` (a thread's intervals) that is a CUDA call that blocks, an
     edge from the end of each GPU work it waited for (see the module)."""
     arrays, syncs = run.arrays, run.syncs
-    calls = _calls(run, BLOCKING_CALLS)
+    calls = runtime_calls(run, BLOCKING_CALLS)
     calls = calls[np.isin(calls["row"].to_numpy(), rows)]
     if calls.empty:
         return []
-    stream_syncs = _records_by_call(syncs, "Stream Sync")
-    event_syncs = _records_by_call(syncs, "Event Sync")
-    records = _calls(run, _RECORDS)
-    found, left = _Found(), []
-    all_calls = _calls(run)
+    stream_syncs = records_by_call(syncs, "Stream Sync")
+    event_syncs = records_by_call(syncs, "Event Sync")
+    records = runtime_calls(run, _RECORDS)
+    found, left = FoundEdges(), []
+    all_calls = runtime_calls(run)
     for rank, mine in calls.groupby("rank", observed=True):
         work = GpuWork.of(run.ev, arrays, int(rank), all_calls[(all_calls["rank"] == rank).to_numpy()])  # fmt: skip
         streams = np.unique(work.stream[~np.isnan(work.stream)])
@@ -170,7 +95,13 @@ def sync_edges(run, rows: np.ndarray) -> list[Edges]:
             if name == "cudaDeviceSynchronize":
                 for stream in streams:
                     if (at := work.last_before(start, stream)) >= 0:
-                        found.add(2 * work.row[at] + 1, target, False)
+                        found.add(2 * work.row[at] + 1, target, EXACT)
+            elif name.startswith("cudaFree"):  # it synchronised if all had ended on its return
+                lasts = [work.last_before(start, stream) for stream in streams]
+                lasts = [at for at in lasts if at >= 0]
+                if all(work.end[at] <= end for at in lasts):
+                    for at in lasts:
+                        found.add(2 * work.row[at] + 1, target, FROM_TIMING)
             elif name == "cudaStreamSynchronize":
                 stream = stream_syncs.get((rank, start), (np.nan,))[0]
                 if stream == stream:
@@ -178,21 +109,21 @@ def sync_edges(run, rows: np.ndarray) -> list[Edges]:
                 else:
                     at = _closest(work, streams, start, end)
                 if at >= 0:
-                    found.add(2 * work.row[at] + 1, target, stream != stream)
+                    found.add(
+                        2 * work.row[at] + 1, target, FROM_CALLS if stream != stream else EXACT
+                    )
             elif name == "cudaEventSynchronize":
                 _, on, recorded = event_syncs.get((rank, start), (np.nan, np.nan, np.nan))
                 if on == on and on >= 0 and recorded == recorded:
-                    at = work.last_before(recorded, on)
-                    inferred = False
+                    at, how = work.last_before(recorded, on), EXACT
                 else:
-                    at = _after_last_record(work, records, rank, lane, start)
-                    inferred = True
+                    at, how = _after_last_record(work, records, rank, lane, start), FROM_CALLS
                 if at >= 0:
-                    found.add(2 * work.row[at] + 1, target, inferred)
+                    found.add(2 * work.row[at] + 1, target, how)
             elif name.startswith("cudaMemcpy"):
                 at = np.flatnonzero(work.launch == start)
                 if len(at) and work.end[at[0]] <= end:  # it returned once its copy had ended
-                    found.add(2 * work.row[at[0]] + 1, target, False)
+                    found.add(2 * work.row[at[0]] + 1, target, EXACT)
             else:  # a launch held by a full launch queue
                 left.append(row)
     edges = found.edges(SYNC)
@@ -230,49 +161,102 @@ def stream_wait_edges(run) -> list[Edges]:
     """``stream wait``: for each ``cudaStreamWaitEvent`` call, an edge from the end of the work
     the CUDA event followed to the first work launched after the call on the stream made to
     wait (into the gap before it; where none, into its start, lag 0: a bound that a what-if
-    must meet)."""
+    must meet): the work its sync record names; else the work before the last record call on
+    its thread, and the work that ended just before it on another stream of its rank (see the
+    module), each an edge (the one that ended last binds)."""
     arrays, syncs = run.arrays, run.syncs
-    waits = _calls(run, _STREAM_WAITS)
+    waits = runtime_calls(run, _STREAM_WAITS)
     if waits.empty:
         return []
-    records = _calls(run, _RECORDS)
-    wait_records = _records_by_call(syncs, "Stream Wait Event")
-    all_calls = _calls(run)
+    records = runtime_calls(run, _RECORDS)
+    wait_records = records_by_call(syncs, "Stream Wait Event")
+    all_calls = runtime_calls(run)
     gap_before = _gap_before(run)
-    into_gaps, into_starts, unmatched = _Found(), _Found(), 0
+    into_gaps, into_starts, unmatched = FoundEdges(), FoundEdges(), 0
     for rank, mine in waits.groupby("rank", observed=True):
         work = GpuWork.of(run.ev, arrays, int(rank), all_calls[(all_calls["rank"] == rank).to_numpy()])  # fmt: skip
         for start, lane in zip(mine["start_us"].tolist(), mine["lane_id"].tolist()):
             stream, on, recorded = wait_records.get((rank, start), (np.nan, np.nan, np.nan))
-            if on == on and on >= 0 and recorded == recorded:
-                waited, inferred = work.last_before(recorded, on), False
-            else:
-                waited, inferred = _after_last_record(work, records, rank, lane, start), True
             held = _first_on(work, stream, start, lane)
             if held < 0:
                 continue  # no work launched after it in the trace: it held nothing here
-            if waited < 0:
-                unmatched += 1
-                continue
-            if work.stream[waited] == work.stream[held]:
-                continue  # a stream made to wait for itself waits for nothing
             first = first_row(arrays, work.row[held])
-            if work.end[waited] > arrays.start[first]:
-                continue  # it began before that work ended: it did not wait for it
             gap = gap_before.get(first, -1)
-            if gap >= 0:
-                into_gaps.add(2 * work.row[waited] + 1, 2 * gap + 1, inferred)
+            if on == on and on >= 0 and recorded == recorded:
+                found = [(work.last_before(recorded, on), EXACT)]
             else:
-                into_starts.add(2 * work.row[waited] + 1, 2 * first, inferred)
+                found = [
+                    (_after_last_record(work, records, rank, lane, start), FROM_CALLS),
+                    (
+                        _ended_just_before(work, held, arrays.start[gap] if gap >= 0 else np.inf),
+                        FROM_TIMING,
+                    ),  # fmt: skip
+                ]
+            # a stream made to wait for itself, or for work that ended after it began, did not
+            found = [(at, how) for at, how in found if at >= 0 and work.stream[at] != work.stream[held] and work.end[at] <= arrays.start[first]]  # fmt: skip
+            if not found:
+                unmatched += gap >= 0  # it may have held its stream, for what is not known
+                continue
+            for at, how in found:
+                if gap >= 0:
+                    into_gaps.add(2 * work.row[at] + 1, 2 * gap + 1, how)
+                else:
+                    into_starts.add(2 * work.row[at] + 1, 2 * first, how)
     if unmatched:
         warnings.warn(
             f"{unmatched} of the {len(waits)} stream waits (cudaStreamWaitEvent) in these traces "
-            "could not be matched to the work they waited for (no record call before them on "
-            "their thread, and no sync record that says which): the critical path counts the "
-            "time such a stream was held as its own queue",
+            "held their stream, and what they waited for could not be found (no sync record "
+            "says it, no record call before them on their thread does, and no other stream's "
+            "work ended just before the stream went on): the critical path counts the time such "
+            "a stream was held as its own queue",
             stacklevel=2,
         )
     return [*into_gaps.edges(STREAM_WAIT), *into_starts.edges(STREAM_WAIT, 0.0)]
+
+
+def _ended_just_before(work: GpuWork, held: int, gap_start: float) -> int:
+    """The work on another stream of the rank that ended last within
+    :data:`STREAM_WAIT_BOUND_US` before the ``held`` work began, and after both its launch
+    returned and its stream's previous work ended (``gap_start``: the gap before it began then;
+    inf for no gap): what the held work waited for, by the GPU's timing; -1 for none."""
+    begin = work.start[held]
+    ready = max(gap_start, work.issued[held]) if work.issued[held] == work.issued[held] else gap_start  # fmt: skip
+    mine = np.flatnonzero(
+        (work.stream != work.stream[held])
+        & (work.end <= begin)
+        & (work.end >= begin - STREAM_WAIT_BOUND_US)
+        & (work.end > ready)
+    )
+    return int(mine[np.argmax(work.end[mine])]) if len(mine) else -1
+
+
+def blocked_op_edges(run) -> list[Edges]:
+    """``sync``, inferred from timing: each stretch of an op's own time on a CPU thread (a CPU
+    op's, not an annotation's: user code may sleep) at least :data:`BLOCKED_OP_MIN_US` long that
+    ended at most :data:`BLOCKED_OP_BOUND_US` after GPU work of its rank ended, work under way
+    since before the stretch began, waited for that work (the last of such to end) in a call the
+    profiler did not record."""
+    arrays, ev = run.arrays, run.ev
+    rows = run.rows("work")
+    table = run.lanes.lanes
+    cpu = ~(table["worker"].to_numpy() | table["gpu"].to_numpy())[arrays.lane[rows]]
+    long = (arrays.end[rows] - arrays.start[rows]) >= BLOCKED_OP_MIN_US
+    rows = rows[cpu & long]
+    ops = ev.index[(ev["cat"] == "cpu_op").to_numpy() & (ev["kind"] != "cuda runtime").to_numpy()]
+    rows = rows[np.isin(arrays.event[rows], ops)]
+    if not len(rows):
+        return []
+    all_calls = runtime_calls(run)
+    found = FoundEdges()
+    for rank in np.unique(arrays.rank[rows]):
+        work = GpuWork.of(ev, arrays, int(rank), all_calls[(all_calls["rank"] == rank).to_numpy()])  # fmt: skip
+        for row in rows[arrays.rank[rows] == rank].tolist():
+            begin, end = arrays.start[row], arrays.end[row]
+            under_way = np.flatnonzero((work.start < begin) & (work.end <= end) & (work.end >= end - BLOCKED_OP_BOUND_US))  # fmt: skip
+            if len(under_way):
+                at = under_way[np.argmax(work.end[under_way])]
+                found.add(2 * work.row[at] + 1, 2 * row + 1, FROM_TIMING)
+    return found.edges(SYNC)
 
 
 def _first_on(work: GpuWork, stream: float, t: float, lane: int) -> int:
@@ -291,55 +275,3 @@ def _gap_before(run) -> dict[int, int]:
     rows, after = rows[ok], after[ok]
     same = run.arrays.lane[after] == run.arrays.lane[rows]
     return dict(zip(after[same].tolist(), rows[same].tolist()))
-
-
-def launching_ops(ev: pd.DataFrame) -> pd.Series:
-    """Per GPU event of ``ev`` whose launch is in the trace (indexed by its label), the name of
-    the op that launched it: the innermost event on its launch call's thread that encloses the
-    call and is no CUDA runtime call (an ``aten::`` op, a ``record_function`` annotation);
-    missing where none does."""
-    work = launched_on_a_gpu(ev)
-    if work.empty:
-        return pd.Series(dtype=object)
-    runtime = (ev["kind"] == "cuda runtime").to_numpy()
-    calls = ev[runtime]
-    call_of = dict(zip(zip(calls["rank"].tolist(), calls["start_us"].tolist()), zip(calls["lane"].astype(str).tolist(), calls["end_us"].tolist())))  # fmt: skip
-    keep = ~runtime & ~ev["kind"].isin(("step", "other")).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
-    ops = ev[keep]
-    queries = pd.DataFrame(
-        [
-            (label, rank, *call_of[(rank, t)], t)
-            for label, rank, t in zip(
-                work.index.tolist(), work["rank"].tolist(), work["launch_us"].tolist()
-            )
-            if (rank, t) in call_of
-        ],  # fmt: skip
-        columns=["label", "rank", "lane", "end", "start"],
-    )
-    found = []
-    for (rank, lane), asked in queries.groupby(["rank", "lane"]):
-        mine = ops[(ops["rank"] == rank).to_numpy() & (ops["lane"].astype(str) == lane).to_numpy()]
-        if mine.empty:
-            continue
-        order = np.lexsort((-mine["end_us"].to_numpy(), mine["start_us"].to_numpy()))
-        starts, ends = mine["start_us"].to_numpy()[order], mine["end_us"].to_numpy()[order]
-        names = mine["name"].astype(str).to_numpy()[order]
-        parent = _enclosing(np.arange(len(starts)) - 1, starts, ends, np.nextafter(starts, np.inf), None)  # fmt: skip
-        at = np.searchsorted(starts, asked["start"].to_numpy(), side="right") - 1
-        at = _enclosing(at, starts, ends, asked["end"].to_numpy(), parent)
-        held = at >= 0
-        found += list(zip(asked["label"].to_numpy()[held], names[at[held]]))
-    return pd.Series(dict(found), dtype=object)
-
-
-def _enclosing(cand: np.ndarray, starts, ends, until: np.ndarray, parent) -> np.ndarray:
-    """For each candidate event (sorted by start, then longest first; -1: none), the first of
-    it and its ancestors that lasts until ``until``, jumping from one that does not to its
-    ``parent`` (None: to the answer found so far for that event, how the parents themselves are
-    found, all at once)."""
-    while True:
-        at = np.maximum(cand, 0)
-        short = (cand >= 0) & (ends[at] < until)
-        if not short.any():
-            return cand
-        cand = np.where(short, (cand if parent is None else parent)[at], cand)

@@ -49,6 +49,10 @@ import pandas as pd
 from .dependencies import BEGIN, DEPENDENCIES, LANE_ORDER, Dependency
 
 __all__ = [
+    "EXACT",
+    "FROM_CALLS",
+    "FROM_TIMING",
+    "INFERRED_SAYS",
     "Edges",
     "Graph",
     "binding_edges",
@@ -59,6 +63,13 @@ __all__ = [
 ]
 
 _CODE = np.int8
+
+#: How an edge was found: the trace says it (a sync record, a correlation id), or it was
+#: inferred from the CUDA calls around the wait on its thread, or from the GPU's own timing
+#: (what ended just before the wait did, where nothing in the trace says what it waited for).
+EXACT, FROM_CALLS, FROM_TIMING = 0, 1, 2
+#: What the path's ``waited_for`` adds for each way an edge was inferred.
+INFERRED_SAYS = {EXACT: "", FROM_CALLS: " (inferred)", FROM_TIMING: " (inferred from timing)"}
 _WAITS = np.array([d.waits for d in DEPENDENCIES], dtype=bool)
 _OWN_START = np.array([d.own_start for d in DEPENDENCIES], dtype=bool)
 _OWN_TIME = np.array([d.own_time for d in DEPENDENCIES], dtype=bool)
@@ -72,19 +83,20 @@ class Edges:
     ``dependency`` (one for all), each edge's ``lag`` (µs; None for the edges of a wait, whose
     lag is the wait's delay, :func:`wait_delays`), whether the target was issued *during*
     the source's interval, the source being its start (a call that returned after what it
-    issued began: the path goes on in the call at the target's moment), and whether the
-    trace says so or the edge is *inferred* (the path says which)."""
+    issued began: the path goes on in the call at the target's moment), and how it was found
+    (``inferred``: :data:`EXACT`, :data:`FROM_CALLS` or :data:`FROM_TIMING`; the path says
+    which)."""
 
     source: np.ndarray
     target: np.ndarray
     dependency: Dependency
     lag: np.ndarray | None = None
     during: bool = False
-    inferred: bool = False
+    inferred: int = EXACT
 
     @classmethod
     def of(
-        cls, source, target, dependency: Dependency, lag=None, during=False, inferred=False
+        cls, source, target, dependency: Dependency, lag=None, during=False, inferred=EXACT
     ) -> Edges:
         source = np.asarray(source, dtype=np.int64)
         if lag is not None:
@@ -133,7 +145,7 @@ class Graph:
         dependency = np.concatenate([np.full(len(p.source), p.dependency.code, _CODE) for p in parts])  # fmt: skip
         lag = np.concatenate([np.full(len(p.source), np.nan) if p.lag is None else p.lag for p in parts])  # fmt: skip
         during = np.concatenate([np.full(len(p.source), p.during) for p in parts])
-        inferred = np.concatenate([np.full(len(p.source), p.inferred) for p in parts])
+        inferred = np.concatenate([np.full(len(p.source), p.inferred, np.int8) for p in parts])
         mine = slice(len(source) - len(after) - len(rows), len(source) - len(after))
         dependency[mine] = own
         # a hub's measured moment: the last arrival of what goes through it (lag 0)
@@ -236,14 +248,20 @@ def binding_edges(source, target, dependency, lag, time, rank) -> np.ndarray:
     return binding
 
 
-def replayed_times(graph: Graph, shrink: np.ndarray | None = None) -> np.ndarray:
+def replayed_times(graph: Graph, shrink: np.ndarray | None = None, sooner: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """Every node's time with each interval's own time multiplied by ``shrink`` (one factor per
-    interval; 1 keeps it, 0 removes it: its end then only waits for its start): a max-plus pass
-    over every edge, in an order where each node comes after its sources (nodes in a cycle,
-    :func:`validate`, and those after them keep their measured time: no order satisfies
-    them)."""
+    interval; 1 keeps it, 0 removes it: its end then only waits for its start) and, given
+    ``sooner`` (µs per interval), each edge into an interval's end that much shorter (never
+    below 0: a wait that lasted that much less): a max-plus pass over every edge, in an order
+    where each node comes after its sources (nodes in a cycle, :func:`validate`, and those after
+    them keep their measured time: no order satisfies them)."""
     n = len(graph.time)
     lag = graph.lag.copy()
+    if sooner is not None:
+        into_end = (graph.target % 2 == 1) & (graph.target < 2 * graph.intervals)
+        cut = np.zeros(len(lag))
+        cut[into_end] = sooner[graph.target[into_end] // 2]
+        lag = np.where(cut > 0, np.maximum(lag - cut, 0.0), lag)
     keep = np.ones(len(lag), dtype=bool)
     if shrink is not None:
         own = _OWN_START[graph.dependency]

@@ -43,13 +43,13 @@ __all__ = ["replay_step_times", "replay_error", "what_if", "replayed_intervals",
 
 
 def replayed_intervals(
-    lanes: Lanes, shrink: np.ndarray | None = None
+    lanes: Lanes, shrink: np.ndarray | None = None, sooner: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """New ``(starts, ends)`` of every interval of ``lanes`` (:func:`.lanes.lane_intervals`):
     the run re-timed over every edge of its graph (:func:`.graph.replayed_times`) with each interval's
     own time multiplied by ``shrink`` (one factor per interval; 1 keeps it, 0 removes it: a
-    removed wait ends as it begins)."""
-    value = replayed_times(lanes.graph, shrink)
+    removed wait ends as it begins) and each wait ``sooner`` µs shorter (per interval)."""
+    value = replayed_times(lanes.graph, shrink, sooner)
     n = lanes.graph.intervals
     return value[: 2 * n : 2], value[1 : 2 * n : 2]
 
@@ -151,13 +151,54 @@ def what_if(
         )
     shrink = np.where(changed, factor, 1.0)
     replayed = _step_durations(lanes, *replayed_intervals(lanes))
-    after = _step_durations(lanes, *replayed_intervals(lanes, shrink))
+    after = _step_durations(lanes, *replayed_intervals(lanes, *_sharing_the_gpu(lanes, shrink)))
     measured = _measured_per_rank(lanes)
     predicted = (measured + after - replayed).median(axis=1).rename("predicted step (ms)")
     predicted.attrs["measured"] = measured.median(axis=1)
     predicted.attrs["replay_error"] = _error(replayed, measured)
     predicted.attrs["changed"] = _what_changed(lanes, changed, gpu_work)
     return predicted
+
+
+#: The share of the time a kernel overlapped another stream's kernel of its process that it would
+#: have lost had it run alone: two kernels that share a GPU's SMs each get about half of them.
+SHARED_GPU = 0.5
+
+
+def _sharing_the_gpu(lanes: Lanes, shrink: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``shrink``, and how much ``sooner`` each wait ends (µs per interval), with the GPU time
+    that the work ``shrink`` shortens took from the rest of its rank's GPU given back: a stream's
+    gap beside it that nothing but its own time held (a queue: its next work was launched and
+    its stream's work before it done, yet it had not begun) waited for room on the GPU that
+    work held, so it ends sooner by their overlap; a kernel that ran beside it shared the GPU's SMs, and loses :data:`SHARED_GPU` of
+    their overlap. Only the rank's own streams: another process's kernels share the GPU by
+    turns, not at once (and the replay of an unchanged run is untouched)."""
+    iv = lanes.intervals
+    sooner = np.zeros(len(iv))
+    gpu = lanes.lanes["gpu"].to_numpy()[iv["lane_id"].to_numpy()]
+    shrunk = np.flatnonzero(gpu & (shrink < 1.0))
+    if not len(shrunk):
+        return shrink, sooner
+    shrink = shrink.copy()
+    graph = lanes.graph
+    ends_of = graph.binding[1 : 2 * graph.intervals : 2]  # what held each interval's end
+    queued = graph.source[ends_of] == graph.target[ends_of] - 1  # its own time: a gap, a queue
+    starts, ends = iv["start_us"].to_numpy(float), iv["end_us"].to_numpy(float)
+    lane, rank, event = iv["lane_id"].to_numpy(), iv["rank"].to_numpy(), iv["event"].to_numpy()
+    for r in np.unique(rank[shrunk]):
+        theirs = shrunk[rank[shrunk] == r]
+        theirs = theirs[np.argsort(starts[theirs], kind="stable")]
+        latest_end = np.maximum.accumulate(ends[theirs])
+        for i in np.flatnonzero(gpu & (rank == r) & (shrink == 1.0) & (ends > starts)):
+            near = theirs[np.searchsorted(latest_end, starts[i], "right") : np.searchsorted(starts[theirs], ends[i], "left")]  # fmt: skip
+            near = near[lane[near] != lane[i]]
+            overlap = np.minimum(ends[near], ends[i]) - np.maximum(starts[near], starts[i])
+            freed = float((np.clip(overlap, 0.0, None) * (1.0 - shrink[near])).sum())
+            if event[i] < 0:
+                sooner[i] = freed if queued[i] else 0.0
+            else:
+                shrink[i] = max(0.0, 1.0 - SHARED_GPU * freed / (ends[i] - starts[i]))
+    return shrink, sooner
 
 
 def _what_changed(lanes: Lanes, changed: np.ndarray, gpu_work: int) -> dict:

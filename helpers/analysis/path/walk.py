@@ -46,7 +46,8 @@ from .dependencies import (
     own_reason,
     segment_kind,
 )
-from .gpu_waits import launching_ops
+from .gpu_work import launching_ops
+from .graph import INFERRED_SAYS
 from .lanes import Lanes, lane_intervals
 
 __all__ = [
@@ -82,7 +83,9 @@ def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFra
     when that is another rank (else ``<NA>``); ``waited_for``: for a wake-up, a sync, a launch
     or a stream wait, what ended the wait, as ``name · rank · lane`` (the segment lasts from
     that end to the wait's: the closer, the surer the rule), followed by ``(inferred)`` where
-    the trace does not say what the wait was for, else ``""``; ``launched_by``: for GPU work,
+    the trace does not say what the wait was for and it was matched from the CUDA calls around
+    it, ``(inferred from timing)`` where from what ended just before it, else ``""``;
+    ``launched_by``: for GPU work,
     the op that launched it (the innermost op around its launch call, ``aten::mm``), else
     ``""``.
 
@@ -145,8 +148,9 @@ def _waited_for(walker: PathWalker, raw: pd.DataFrame, names: pd.Series) -> list
     """Per segment of a wait that another lane ended (:data:`_WOKEN`: a wake-up, a sync, a
     launch, a stream wait), what ended it, as ``"gloo:all_reduce · rank 0 · thread 812
     (pt_gloo_runloop)"``: the evidence of the rule, whose segment lasts from that end to the
-    wait's (the few µs between), followed by ``(inferred)`` where the trace does not say it and
-    the match was made from the calls around it (:mod:`.gpu_waits`); ``""`` for the others."""
+    wait's (the few µs between), followed by ``(inferred)`` or ``(inferred from timing)``
+    where the trace does not say it (:data:`.graph.INFERRED_SAYS`, :mod:`.gpu_waits`); ``""``
+    for the others."""
     table = walker.lanes.lanes
     out = [""] * len(raw)
     woken = np.flatnonzero(raw["reason"].isin(_WOKEN).to_numpy())
@@ -157,7 +161,7 @@ def _waited_for(walker: PathWalker, raw: pd.DataFrame, names: pd.Series) -> list
             label, at = walker.label[source], walker.lane_of[source]
             name = names.get(label, UNTRACED_NAME) if label >= 0 else UNTRACED_NAME
             out[i] = f"{name} · rank {table.at[at, 'rank']} · {table.at[at, 'lane']}"
-            out[i] += " (inferred)" if walker.inferred[row] else ""
+            out[i] += INFERRED_SAYS[walker.inferred[row]]
     return out
 
 
@@ -187,6 +191,9 @@ class PathWalker:
         # interval ended (an issue inside the call, a copy that began before its call
         # returned), the path goes on in that call at the interval's end
         under_way = graph.during[binding]
+        #: per interval, whether its end was issued by a call still under way: the walk then
+        #: enters that call before its end (``issued_inside``: it just did)
+        self.under_way, self.issued_inside = under_way.tolist(), False
         self.source_time = np.where(under_way, graph.time[1 : 2 * n : 2], graph.time[source]).tolist()  # fmt: skip
         self.source = (source // 2).tolist()  # the interval of that node
         self.inferred = graph.inferred[binding].tolist()
@@ -245,13 +252,16 @@ class PathWalker:
         return None
 
     def take(self, step: int, row: int, t: float, lo: float, rows: list, revisited: bool):
-        """Add what held ``row``'s lane until ``t`` (its binding edge); return where the walk
-        goes on."""
+        """Add what held ``row``'s lane until ``t`` (its binding edge: where ``t`` is its end);
+        return where the walk goes on."""
         if self.own_name[row] is not None and not revisited:
             return self.descend(step, row, t, lo, rows)
         lane, start, label = self.lane_of[row], self.starts[row], self.label[row]
         own, collective, names_next, name = self.rules[self.dependency[row]]
-        if revisited or own:  # its own time (a walk that came back to it, in a cycle, takes it so)
+        # its own time: a walk that came back to it (in a cycle), or that entered it before its
+        # end from what it issued (a call under way), which its end's binding did not hold
+        inside, self.issued_inside = self.issued_inside and t < self.ends[row], False
+        if revisited or own or inside:
             reason = name if own else own_reason(DEPENDENCIES[self.dependency[row]], label)
             rows.append((step, lane, label, start if start > lo else lo, t, reason, None))
             return lane, start
@@ -262,6 +272,7 @@ class PathWalker:
             if names_next and row + 1 < len(self.label):
                 label = self.label[row + 1]  # the launch of what starts after the gap
             rows.append((step, lane, label, source_time if source_time > lo else lo, t, name, None))  # fmt: skip
+        self.issued_inside = self.under_way[row]
         return self.lane_of[self.source[row]], min(source_time, t)
 
     def descend(self, step: int, row: int, t: float, lo: float, rows: list):

@@ -1,0 +1,176 @@
+"""The GPU work of a run as the builders of GPU waits read it (:mod:`.gpu_waits`): each work's
+launch, stream and times per rank (:class:`GpuWork`), the CUDA runtime calls and the sync records
+by their call, the edges found and how (:class:`FoundEdges`), and the op that launched each GPU
+event (:func:`launching_ops`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...traces.kinds import GPU_CATEGORIES, name_matches
+from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
+from .wakers import IntervalArrays, launched_on_a_gpu
+
+__all__ = [
+    "GpuWork",
+    "FoundEdges",
+    "last_rows",
+    "runtime_calls",
+    "records_by_call",
+    "launching_ops",
+]
+
+_GPU = list(GPU_CATEGORIES)
+
+
+@dataclass
+class GpuWork:
+    """A run's GPU work launched from the CPU, per rank: each work's interval ``row`` (its last),
+    ``stream``, ``launch`` (when its launch call began), ``issued`` (when it returned; NaN where
+    the call is not in the trace), ``start``, ``end``, and ``lane`` (the lane of its launch call;
+    -1 where the call is not in the trace), sorted by launch."""
+
+    row: np.ndarray
+    stream: np.ndarray
+    launch: np.ndarray
+    issued: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    lane: np.ndarray
+
+    @classmethod
+    def of(cls, ev: pd.DataFrame, arrays: IntervalArrays, rank: int, calls: pd.DataFrame) -> GpuWork:  # fmt: skip
+        """The GPU work of ``rank`` among ``ev``, whose launch calls are among ``calls``
+        (the runtime calls of the rank, with ``lane_id``)."""
+        work = launched_on_a_gpu(ev)
+        work = work[(work["rank"] == rank).to_numpy()].sort_values("launch_us", kind="stable")
+        rows = last_rows(arrays, work.index.to_numpy(np.int64))
+        call_of = dict(zip(calls["start_us"].tolist(), zip(calls["lane_id"].tolist(), calls["end_us"].tolist())))  # fmt: skip
+        found = [call_of.get(t, (-1, np.nan)) for t in work["launch_us"].tolist()]
+        lanes = np.array([lane for lane, _ in found], dtype=np.int64)
+        issued = np.array([end for _, end in found], dtype=float)
+        kept = rows >= 0
+        return cls(
+            rows[kept],
+            work["stream"].to_numpy(dtype=float)[kept],
+            work["launch_us"].to_numpy(dtype=float)[kept],
+            issued[kept],
+            work["start_us"].to_numpy(dtype=float)[kept],
+            arrays.end[rows[kept]],
+            lanes[kept],
+        )
+
+    def last_before(self, t: float, stream: float | None = None, lane: int | None = None) -> int:
+        """The position of the last work launched before ``t`` (on ``stream``, from ``lane``,
+        where given); -1 for none."""
+        mine = np.flatnonzero(self.launch < t)
+        if stream is not None:
+            mine = mine[self.stream[mine] == stream]
+        if lane is not None:
+            mine = mine[self.lane[mine] == lane]
+        return int(mine[-1]) if len(mine) else -1
+
+    def first_after(self, t: float, lane: int) -> int:
+        """The position of the first work launched from ``lane`` after ``t``; -1 for none."""
+        mine = np.flatnonzero((self.launch > t) & (self.lane == lane))
+        return int(mine[0]) if len(mine) else -1
+
+
+def last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
+    """The last interval row of each of ``events`` (labels); -1 for an event without one."""
+    at = np.flatnonzero(np.isin(arrays.event, events))[::-1]  # read backwards: the last first
+    labels, first = np.unique(arrays.event[at], return_index=True)
+    if not len(labels):
+        return np.full(len(events), -1, dtype=np.int64)
+    where = np.minimum(np.searchsorted(labels, events), len(labels) - 1)
+    return np.where(labels[where] == events, at[first][where], -1).astype(np.int64)
+
+
+def runtime_calls(run, pattern: str | None = None) -> pd.DataFrame:
+    """The run's CUDA runtime calls (matching ``pattern``) with their lane and last interval."""
+    ev = run.ev
+    calls = ev[(ev["kind"] == "cuda runtime").to_numpy()]
+    if pattern is not None:
+        calls = calls[name_matches(calls, pattern)]
+    rows = last_rows(run.arrays, calls.index.to_numpy(np.int64))
+    calls = calls[rows >= 0].assign(row=rows[rows >= 0])
+    return calls.assign(lane_id=run.arrays.lane[calls["row"].to_numpy()])
+
+
+def records_by_call(syncs: pd.DataFrame, kind: str) -> dict[tuple[int, float], tuple]:
+    """The sync records of one ``kind`` (``Stream Sync``, ...) by their call's ``(rank,
+    start)``: ``(stream, wait_stream, waits_for_us)`` (NaN where unknown)."""
+    mine = syncs[(syncs["name"] == kind).to_numpy() & syncs["launch_us"].notna().to_numpy()]
+    keys = zip(mine["rank"].tolist(), mine["launch_us"].tolist())
+    values = zip(*(mine[c].to_numpy(dtype=float) for c in ("stream", "wait_stream", "waits_for_us")))  # fmt: skip
+    return dict(zip(keys, values))
+
+
+class FoundEdges:
+    """Edges found of one dependency, by how each was found (:data:`.graph.EXACT`, ...)."""
+
+    def __init__(self):
+        self.found: dict[int, tuple[list, list]] = {how: ([], []) for how in (EXACT, FROM_CALLS, FROM_TIMING)}  # fmt: skip
+
+    def add(self, source: int, target: int, how: int) -> None:
+        sources, targets = self.found[how]
+        sources.append(source)
+        targets.append(target)
+
+    def edges(self, dependency, lag=None) -> list[Edges]:
+        return [Edges.of(*st, dependency, lag, inferred=how) for how, st in self.found.items()]
+
+
+def launching_ops(ev: pd.DataFrame) -> pd.Series:
+    """Per GPU event of ``ev`` whose launch is in the trace (indexed by its label), the name of
+    the op that launched it: the innermost event on its launch call's thread that encloses the
+    call and is no CUDA runtime call (an ``aten::`` op, a ``record_function`` annotation);
+    missing where none does."""
+    work = launched_on_a_gpu(ev)
+    if work.empty:
+        return pd.Series(dtype=object)
+    runtime = (ev["kind"] == "cuda runtime").to_numpy()
+    calls = ev[runtime]
+    call_of = dict(zip(zip(calls["rank"].tolist(), calls["start_us"].tolist()), zip(calls["lane"].astype(str).tolist(), calls["end_us"].tolist())))  # fmt: skip
+    keep = ~runtime & ~ev["kind"].isin(("step", "other")).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
+    ops = ev[keep]
+    queries = pd.DataFrame(
+        [
+            (label, rank, *call_of[(rank, t)], t)
+            for label, rank, t in zip(
+                work.index.tolist(), work["rank"].tolist(), work["launch_us"].tolist()
+            )
+            if (rank, t) in call_of
+        ],  # fmt: skip
+        columns=["label", "rank", "lane", "end", "start"],
+    )
+    found = []
+    for (rank, lane), asked in queries.groupby(["rank", "lane"]):
+        mine = ops[(ops["rank"] == rank).to_numpy() & (ops["lane"].astype(str) == lane).to_numpy()]
+        if mine.empty:
+            continue
+        order = np.lexsort((-mine["end_us"].to_numpy(), mine["start_us"].to_numpy()))
+        starts, ends = mine["start_us"].to_numpy()[order], mine["end_us"].to_numpy()[order]
+        names = mine["name"].astype(str).to_numpy()[order]
+        parent = _enclosing(np.arange(len(starts)) - 1, starts, ends, np.nextafter(starts, np.inf), None)  # fmt: skip
+        at = np.searchsorted(starts, asked["start"].to_numpy(), side="right") - 1
+        at = _enclosing(at, starts, ends, asked["end"].to_numpy(), parent)
+        held = at >= 0
+        found += list(zip(asked["label"].to_numpy()[held], names[at[held]]))
+    return pd.Series(dict(found), dtype=object)
+
+
+def _enclosing(cand: np.ndarray, starts, ends, until: np.ndarray, parent) -> np.ndarray:
+    """For each candidate event (sorted by start, then longest first; -1: none), the first of
+    it and its ancestors that lasts until ``until``, jumping from one that does not to its
+    ``parent`` (None: to the answer found so far for that event, how the parents themselves are
+    found, all at once)."""
+    while True:
+        at = np.maximum(cand, 0)
+        short = (cand >= 0) & (ends[at] < until)
+        if not short.any():
+            return cand
+        cand = np.where(short, (cand if parent is None else parent)[at], cand)
