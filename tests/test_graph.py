@@ -285,9 +285,16 @@ BUILDERS = {
         ("stream wait", "GPU 0 stream 7"),
         {("r0 gemm.end", "r0 gap.end", 5)},
     ),
-    "stream wait: no other stream's work ended within 50 µs of the stream going on": (
+    "stream wait: with no record call traced, the work launched on another stream before it": (
         [step(0, 720), launch(0, 10, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
          call("cudaStreamWaitEvent", 20, 5, 3), launch(30, 10, 4), kernel("relu", 600, 100, 4),
+         call("cudaDeviceSynchronize", 45, 665, 9)],  # fmt: skip
+        ("stream wait", "GPU 0 stream 7"),
+        {("r0 gemm.end", "r0 gap.end", 80)},
+    ),
+    "stream wait: no other stream's work launched before it, or ended within 50 µs of it going on": (  # fmt: skip
+        [step(0, 720), call("cudaStreamWaitEvent", 0, 5, 3), launch(6, 10, 1),
+         kernel("gemm", 20, 500, 1, stream=OTHER), launch(30, 10, 4), kernel("relu", 600, 100, 4),
          call("cudaDeviceSynchronize", 45, 665, 9)],  # fmt: skip
         ("stream wait", "GPU 0 stream 7"),
         set(),

@@ -197,7 +197,7 @@ def test_stream_waits_the_profiler_left_unmatched_are_followed_not_left_as_a_que
     # a real H200 trace whose stream waits the profiler left unmatched (tests/test_graph.py)
     report = build_report(REPO / "tests" / "data" / "h200-streams")
     held = report.section("What held the steps, what to fix first").text
-    assert "gemm" in held and "queue" not in held
+    assert "`side_stream_work` (its GPU kernels)" in held and "queue" not in held
     assert "could not be matched" not in report.section("What the traces cannot tell").text
 
 

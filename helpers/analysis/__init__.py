@@ -9,11 +9,12 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``intervals``: wall time of overlapping intervals, counted once.
 - ``steps``: step times, time per kind, the heaviest ops, time per line of a script.
 - ``collectives``: the same collective matched on every rank; waiting against moving data,
-  the straggler, overlap with computation; ``arrival``: when each rank arrived at one (its
-  data ready: a rank that first waits for its own GPU arrives when that ends); ``kernel_ends``:
-  NCCL kernels without sequence numbers matched across ranks by their order, checked against
-  their times (ranks whose profiling began a collective apart); ``bandwidth``:
-  the bandwidth each achieved, as nccl-tests defines it.
+  the straggler, the collectives some rank never joined; ``overlap``: how much of it ran
+  hidden behind computation; ``arrival``: when each rank arrived at one (its data ready: a
+  rank that first waits for its own GPU arrives when that ends); ``kernel_ends``: NCCL kernels
+  without sequence numbers matched across ranks by their order, checked against their times
+  (ranks whose profiling began a collective apart); ``bandwidth``: the bandwidth each
+  achieved, as nccl-tests defines it.
 - ``point_to_point``: each send paired with the receive that took its data (a pipeline's
   stages), from the peers and tags the trace records; how long each stage waited for the others.
 - ``memory``: memory in use over time from a starting point, and its peaks.
@@ -43,7 +44,7 @@ from .collectives import (
     NCCL_KERNELS,
     collective_source,
     collective_waits,
-    communication_overlap,
+    collectives_outside_windows,
     find_straggler,
     matched_collectives,
     unmatched_collectives,
@@ -56,6 +57,7 @@ from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
 from .memory import memory_over_time, memory_peaks
 from .overhead import profiling_cost
+from .overlap import communication_overlap
 from .path import (
     critical_path,
     path_summary,
@@ -89,6 +91,7 @@ __all__ = [
     "matched_collectives",
     "collective_waits",
     "unmatched_collectives",
+    "collectives_outside_windows",
     "waiting_per_step",
     "find_straggler",
     "waiting_per_group",

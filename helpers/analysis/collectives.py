@@ -1,6 +1,7 @@
 """The collectives of a run: which events hold them, the same collective matched on every
-rank, and what that tells: waiting and transfer, the straggler, overlap with computation and
-bandwidth (how far the nodes' clocks disagree, read from the same matches, is in :mod:`.clocks`).
+rank, and what that tells: waiting and transfer, the straggler, the collectives some rank never
+joined (overlap with computation is in :mod:`.overlap`, bandwidth in :mod:`.bandwidth`, how far
+the nodes' clocks disagree, read from the same matches, in :mod:`.clocks`).
 
 All take the ``events`` DataFrame of ``load_run(...)``. The same questions get the same
 answers on both backends: they read what the trace holds (NCCL's kernels on a GPU trace,
@@ -24,7 +25,7 @@ from ..traces.kinds import (
     name_matches,
 )
 from .arrival import data_ready
-from .intervals import busy_ms_per_group, covered_us, merge_intervals
+from .intervals import busy_ms_per_group
 from .kernel_ends import align_by_time
 from .point_to_point import TRANSFER_RECORDS
 
@@ -35,10 +36,10 @@ __all__ = [
     "matched_collectives",
     "collective_waits",
     "unmatched_collectives",
+    "collectives_outside_windows",
     "waiting_per_step",
     "find_straggler",
     "waiting_per_group",
-    "communication_overlap",
 ]
 
 
@@ -179,10 +180,30 @@ def unmatched_collectives(events: pd.DataFrame, names: str | None = None) -> pd.
     :func:`matched_collectives`): where the ranks called different collectives, or one rank
     called one more than the others, the mark of a job that hangs (lesson 8). One row per
     collective and rank that called it: ``name, index, rank, step, start_us, dur_us,
-    missing`` (the ranks loaded that did not call it); empty when every collective matches or
-    only one rank is loaded. Sends and receives are no collective: they are left out
-    (:func:`helpers.sends_and_receives` pairs them)."""
-    columns = ["name", "index", "rank", "step", "start_us", "dur_us", "missing"]
+    missing`` (the ranks loaded that did not call it, their traces recording by then: one that
+    ended early, a stalled rank's, looks the same); empty when every collective matches or only
+    one rank is loaded. Sends and receives are no collective: they are left out
+    (:func:`helpers.sends_and_receives` pairs them); so are the collectives missing only on
+    ranks whose profiling had not begun yet (:func:`collectives_outside_windows`)."""
+    lonely = _lonely(events, names)
+    kept = lonely["missing"].map(len).to_numpy(dtype=int) > 0
+    return lonely[kept].drop(columns="not_recording").reset_index(drop=True)
+
+
+def collectives_outside_windows(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
+    """The collectives missing only on ranks whose traces were not recording yet (their profiling
+    began after the collective had ended: TorchRec's ranks began a collective or two apart),
+    which hold each rank that ran them for their own time: as :func:`unmatched_collectives`,
+    with ``not_recording``, those ranks, in place of ``missing``."""
+    lonely = _lonely(events, names)
+    kept = lonely["missing"].map(len).to_numpy(dtype=int) == 0
+    return lonely[kept].drop(columns="missing").reset_index(drop=True)
+
+
+def _lonely(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
+    """The collectives not seen on every rank they belong to, with the ranks loaded that did not
+    call them, split into ``missing`` (recording then) and ``not_recording``."""
+    columns = ["name", "index", "rank", "step", "start_us", "dur_us", "missing", "not_recording"]  # fmt: skip
     ev = matched_collectives(events, names)
     ranks = sorted(int(r) for r in events["rank"].unique())
     if len(ranks) < 2 or ev.empty:
@@ -190,8 +211,14 @@ def unmatched_collectives(events: pd.DataFrame, names: str | None = None) -> pd.
     kept = on_every_rank(ev).index
     lonely = ev[~ev.index.isin(kept) & ~paired_by_guess(ev)]  # a send has no partner by order
     seen = lonely.groupby(["key", "index"])["rank"].agg(lambda r: set(int(x) for x in r))
-    missing = [sorted(set(ranks) - seen[(k, i)]) for k, i in zip(lonely["key"], lonely["index"])]
-    out = lonely.assign(missing=missing)
+    first = events.groupby("rank")["start_us"].min()
+    missing, away = [], []
+    for key, i, end in zip(lonely["key"], lonely["index"], lonely["end_us"]):
+        absent = sorted(set(ranks) - seen[(key, i)])
+        recording = [r for r in absent if first[r] <= end]  # (a trace that ended early: a hang?)
+        missing.append(recording)
+        away.append([r for r in absent if r not in recording])
+    out = lonely.assign(missing=missing, not_recording=away)
     return out[columns].sort_values(["start_us", "rank"]).reset_index(drop=True)
 
 
@@ -313,64 +340,3 @@ def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.Data
         )
     columns = ["process_group", "ranks", "straggler", "straggler_wait_ms", "others_wait_ms"]
     return pd.DataFrame(rows, columns=columns)
-
-
-# ---------------------------------------------------- hidden behind computation
-
-
-def _compute_events(events: pd.DataFrame, comm: pd.DataFrame, gpu: bool) -> pd.DataFrame:
-    """Computation: GPU kernels other than NCCL's on a GPU trace. On a CPU trace, CPU ops on the
-    threads that run no collective (``comm``: on gloo's own threads the ops are the collective's
-    copies and reduction), less the ops that enclose an event of another kind: autograd's
-    ``evaluate_function`` around a hook that all-gathers, say, which encloses its waiting too."""
-    if gpu:
-        return events[
-            (events["kind"] == "gpu kernel").to_numpy() & ~name_matches(events, NCCL_KERNELS)
-        ]
-    busy = pd.MultiIndex.from_frame(comm[["rank", "lane"]].drop_duplicates())
-    kept = events[~pd.MultiIndex.from_frame(events[["rank", "lane"]]).isin(busy)]
-    compute = kept[(kept["kind"] == "compute").to_numpy()]
-    marks = kept[~kept["kind"].isin(["compute", "step", "other"]).to_numpy()]
-    encloses = np.zeros(len(compute), dtype=bool)
-    for (rank, lane), ops in compute.groupby(["rank", "lane"], observed=True):
-        inside = np.sort(
-            marks.loc[(marks["rank"] == rank) & (marks["lane"] == lane), "start_us"].to_numpy()
-        )
-        # events of one thread nest, so a mark that starts inside an op lies inside it
-        first = np.searchsorted(inside, ops["start_us"].to_numpy(), side="right")
-        after = np.searchsorted(inside, ops["end_us"].to_numpy(), side="left")
-        encloses[compute.index.get_indexer(ops.index)] = after > first
-    return compute[~encloses]
-
-
-def communication_overlap(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
-    """How much of each rank's communication ran while computation ran too, per step.
-
-    Communication: the collectives (:func:`collective_source`: NCCL kernels on a GPU trace);
-    computation: the other GPU kernels on a GPU trace (any stream); on a CPU trace, the CPU ops
-    on the threads that run no collective (gloo's threads run each collective's own copies and
-    reduction: part of the communication), less those that enclose an annotation or a
-    collective call (they enclose their waiting too).
-    Both are wall time (overlaps within each counted once) of the events of that step (for
-    kernels, the step that launched them). ``overlap`` is ``overlapped_ms / comm_ms``: 1.0 when
-    every moment of communication was hidden behind computation (HTA's comm/comp overlap).
-
-    Returns one row per rank and step: ``rank, step, comm_ms, overlapped_ms, overlap``.
-    """
-    pattern = collective_source(events).pattern if names is None else names
-    comm = events[name_matches(events, pattern)].dropna(subset=["step"])
-    compute = _compute_events(events, comm, gpu=pattern == NCCL_KERNELS).dropna(subset=["step"])
-    rows = []
-    for (rank, step), group in comm.groupby(["rank", "step"], observed=True):
-        c_starts, c_ends = merge_intervals(group["start_us"], group["end_us"])
-        work = compute[(compute["rank"] == rank) & (compute["step"] == step)]
-        w_starts, w_ends = merge_intervals(work["start_us"], work["end_us"])
-        comm_us = float((c_ends - c_starts).sum())
-        overlapped_us = covered_us(c_starts, c_ends, w_starts, w_ends)
-        rows.append((rank, step, comm_us / 1e3, overlapped_us / 1e3))
-    table = pd.DataFrame(rows, columns=["rank", "step", "comm_ms", "overlapped_ms"])
-    table["overlap"] = table["overlapped_ms"] / table["comm_ms"]
-    return table.astype({"rank": int, "step": int})
-
-
-# -------------------------------------------------------------------- bandwidth

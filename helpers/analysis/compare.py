@@ -37,6 +37,7 @@ import pandas as pd
 from ..traces import load_run
 from ..traces.kinds import event_names
 from .path import critical_path, step_windows
+from .path.walk import kind_said, named_for_fixing
 from .steps import step_times
 
 __all__ = ["RunComparison", "compare_runs", "step_shift", "within_noise", "RUN_NOISE"]
@@ -60,8 +61,9 @@ class RunComparison:
     ``mean_ms``; the change's row also has ``shift_ms`` and its interval from the steps,
     ``low_ms`` and ``high_ms`` (:func:`step_shift`), and ``noise_ms``, what two runs of one job
     differ by (the interval of the verdict is ``low_ms - noise_ms`` to ``high_ms + noise_ms``). ``held``: per ``rank, kind, name`` on either run's
-    critical path, ``before_ms``, ``after_ms`` (mean per step) and ``change_ms``, largest change
-    first; the changes add up to the change in the mean step. ``ops``: per ``rank, kind, name``,
+    critical path (GPU work named after the op that launched it, :func:`named_for_fixing`),
+    ``before_ms``, ``after_ms`` (mean per step) and ``change_ms``, largest change first; the
+    changes add up to the change in the mean step. ``ops``: per ``rank, kind, name``,
     ``calls_before``, ``calls_after`` (per step), ``before_ms``, ``after_ms`` (its events' time
     per step, nested ones included), ``change_ms`` and ``status`` (``added``, ``removed``,
     ``changed``, ``same``). ``prediction``: a what-if beside the second run, with the
@@ -216,7 +218,9 @@ def _steps_table(before: pd.Series, after: pd.Series, noise_ms: float) -> pd.Dat
 def _held_table(paths: list[pd.DataFrame], steps: list[int]) -> pd.DataFrame:
     """Each (rank, kind, name)'s time on each run's path, in ms per step, and the change."""
     per_step = [
-        path.groupby(["rank", "kind", "name"], observed=True)["dur_us"].sum() / 1e3 / n
+        named_for_fixing(path).groupby(["rank", "kind", "name"], observed=True)["dur_us"].sum()
+        / 1e3
+        / n
         for path, n in zip(paths, steps)
     ]
     table = pd.concat(per_step, axis=1, keys=["before_ms", "after_ms"]).fillna(0.0)
@@ -316,7 +320,7 @@ def _verdict(steps: pd.DataFrame, held: pd.DataFrame, prediction: pd.DataFrame |
             f"The steps {word} by {abs(change['shift_ms']):.1f} ms (their shift; interval "
             f"{interval}): the median step went from {before:.1f} to {after:.1f} ms. The "
             f"largest change on the critical path is rank {top['rank']}'s {top['name']} "
-            f"({top['kind']}): {top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, "
+            f"({kind_said(top['kind'])}): {top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, "
             f"{share:.0%} of the change in the mean step ({most})."
         )
     if prediction is not None:

@@ -37,7 +37,7 @@ from ..traces import (
     trace_files,
 )
 from ..traces.export import written_by_merge
-from .cautions import Facts, cautions, missing_ranks, stream_waits_unseen
+from .cautions import Facts, cautions, facts_of_events, missing_ranks
 from .flight import HANG, hang_section, records_beside, with_groups_from_dumps
 from .held import HELD, held_section_of
 from .sections import (
@@ -278,10 +278,7 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
     has_steps = not steps.empty
     gpu = "gpu kernel" in read.kinds.columns and bool(read.kinds["gpu kernel"].sum() > 0)
     glance = _glance(read.read, ranks, read.world, read.backends)
-    glance["device"] = "GPU (CUDA kernels in the traces)" if gpu else "CPU (no GPU kernels)"
-    glance["steps"] = _steps_text(steps)
-    glance["time covered"] = f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s"
-    glance["read"] = _READ_SAID[mode]
+    glance.update(_more_at_a_glance(events, steps, gpu, mode))
     names = collective_source(events).pattern  # decided here, once, for every section
     times = _guarded(STEP_TITLE, failed, step_times, events) if has_steps else None
     waiting = _guarded(WAITING_TITLE, failed, median_waiting, events, has_steps, names)
@@ -316,13 +313,23 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
         step_ms=step_ms,
         rank_by_rank=not whole,
         failed=list(dict.fromkeys(failed)),
-        stream_waits_unseen=gpu and whole and stream_waits_unseen(events),
+        **(_guarded(CAUTIONS, failed, facts_of_events, events, names, gpu, whole) or {}),
     )
     caution = Section(CAUTIONS, "\n".join(f"- {c}" for c in cautions(facts)))
     written = [s for s in sections if s is not None]
     first = [s for s in written if s.title in (HANG, HELD)]
     rest = [s for s in written if s.title not in (HANG, HELD)]
     return Report(source, glance, [*first, caution, *rest], facts.skipped, mode, ranks, read.merged, facts.failed)  # fmt: skip
+
+
+def _more_at_a_glance(events: pd.DataFrame, steps: pd.DataFrame, gpu: bool, mode: ReadMode) -> dict:  # fmt: skip
+    """The glance's lines on the device, the steps, the time the traces cover and how read."""
+    return {
+        "device": "GPU (CUDA kernels in the traces)" if gpu else "CPU (no GPU kernels)",
+        "steps": _steps_text(steps),
+        "time covered": f"{(events['end_us'].max() - events['start_us'].min()) / 1e6:.2f} s",
+        "read": _READ_SAID[mode],
+    }
 
 
 def _guarded(title: str, failed: list[tuple[str, str]], make: Callable[..., T], *args, **kwargs) -> T | None:  # fmt: skip

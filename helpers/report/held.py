@@ -10,7 +10,7 @@ import pandas as pd
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if, what_if_checks
 from ..analysis.path.dependencies import DEPENDENCIES, UNTRACED
 from ..analysis.path.lanes import Lanes, lane_intervals
-from ..analysis.path.walk import path_of
+from ..analysis.path.walk import kind_said, named_for_fixing, path_of
 from ..drawing import plot_critical_path
 from .cautions import missing_ranks
 from .sections import Section, figure_png
@@ -70,7 +70,7 @@ def held_section(
     per_step = times.median(axis=1)
     median_ms = float(per_step.median())
     long = _long(per_step)
-    ops = path_summary(path[~path["step"].isin(long)], ["kind", "name"])
+    ops = path_summary(named_for_fixing(path[~path["step"].isin(long)]), ["kind", "name"])
     fix = _first_fix(ops)
     text = [_most_of_it(ops.iloc[0], per_step, long) + _fix_first(ops.iloc[0], fix)]
     ranks = sorted(int(r) for r in events["rank"].unique())
@@ -136,7 +136,7 @@ def _most_of_it(top: pd.Series, per_step: pd.Series, long: list[int]) -> str:
     return (
         f"Each step's critical path is the chain of work, across the ranks, that decided when "
         f"the step ended (lesson 11). Over {over}, most of it is rank "
-        f"{int(top['rank'])}'s `{_short(top['name'])}` ({top['kind']}): {top['ms']:.1f} ms in "
+        f"{int(top['rank'])}'s `{_short(top['name'])}` ({kind_said(top['kind'])}): {top['ms']:.1f} ms in "
         f"all, {top['ms_per_step']:.1f} ms per step (median), {top['share']:.0%} of the path."
     )
 
@@ -190,7 +190,7 @@ def _fix_first(top: pd.Series, fix: pd.Series) -> str:
     why = _not_removable(str(top["kind"]))
     return (
         f" That is no work a rank did itself ({why}). Of the work on the path, the heaviest is "
-        f"rank {int(fix['rank'])}'s `{_short(fix['name'])}` ({fix['kind']}): "
+        f"rank {int(fix['rank'])}'s `{_short(fix['name'])}` ({kind_said(fix['kind'])}): "
         f"{fix['ms_per_step']:.1f} ms per step (median), {fix['share']:.0%} of the path. Fix "
         "that first; the table has the next."
     )
@@ -236,10 +236,12 @@ def _long_steps(per_step: pd.Series, path: pd.DataFrame | None) -> list[str]:
             f"({median:.1f} ms): a stall or a hang, not a slow rank."
         )
         if path is not None:
-            held = path_summary(path[path["step"] == step], ["kind", "name"]).iloc[0]
+            held = path_summary(
+                named_for_fixing(path[path["step"] == step]), ["kind", "name"]
+            ).iloc[0]
             sentence += (
                 f" Its path is mostly rank {int(held['rank'])}'s `{_short(held['name'])}` "
-                f"({held['kind']}, {held['ms']:.0f} ms)."
+                f"({kind_said(held['kind'])}, {held['ms']:.0f} ms)."
             )
         said.append(sentence)
     return said

@@ -26,7 +26,7 @@ from ..analysis import (
 )
 from ..drawing import plot_fsdp_phases
 from ..traces.kinds import GPU_WORK_KINDS, KIND_COLORS
-from .cautions import waiting_points_outside
+from .cautions import listed, waiting_points_outside
 
 __all__ = ["Section", "section_html"]
 
@@ -223,19 +223,11 @@ def kinds_section(kinds: pd.DataFrame) -> Section:
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     longest = shown.idxmax(axis=1).str[: -len(" (ms)")]
     said = "; ".join(
-        f"{kind} on rank{'s' if len(ranks) > 1 else ''} {_listed(ranks)}"
+        f"{kind} on rank{'s' if len(ranks) > 1 else ''} {listed(ranks)}"
         for kind, ranks in longest.groupby(longest).groups.items()
     )
     alt = f"A row per rank with a dot per kind of event at its wall time. The longest: {said}."
     return Section(title, text, kinds.rename_axis("rank"), figure_png(fig), alt)
-
-
-def _listed(ranks) -> str:
-    """Ranks as words: ``0``, ``0 and 3``, ``0, 1 and 3``, or the first five and how many more."""
-    ranks = [str(r) for r in ranks]
-    if len(ranks) > 5:
-        return f"{', '.join(ranks[:5])} and {len(ranks) - 5} more"
-    return ranks[0] if len(ranks) == 1 else f"{', '.join(ranks[:-1])} and {ranks[-1]}"
 
 
 def gpu_section(events: pd.DataFrame, names: str | None = None) -> Section:

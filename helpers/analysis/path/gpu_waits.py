@@ -157,6 +157,20 @@ def _after_last_record(work: GpuWork, records: pd.DataFrame, rank, lane: int, t:
     return work.last_before(before.max(), lane=lane)
 
 
+def _recorded_before(work: GpuWork, records: pd.DataFrame, rank, lane: int, t: float, waiting: float) -> int:  # fmt: skip
+    """The work a stream wait at ``t`` on ``lane`` waited for, from the calls around it: the
+    last work launched from ``lane``, on a stream other than the ``waiting`` one, before the
+    last record call on ``lane`` before ``t`` or, where none is traced, before ``t`` itself
+    (c10d and torch's ``wait_stream`` record the event on the thread just before the wait);
+    -1 for none."""
+    mine = records[(records["rank"] == rank).to_numpy() & (records["lane_id"] == lane).to_numpy()]
+    before = mine["start_us"].to_numpy()
+    before = before[before < t]
+    at = work.launch < (before.max() if len(before) else t)
+    at = np.flatnonzero(at & (work.lane == lane) & (work.stream != waiting))
+    return int(at[-1]) if len(at) else -1
+
+
 def stream_wait_edges(run) -> list[Edges]:
     """``stream wait``: for each ``cudaStreamWaitEvent`` call, an edge from the end of the work
     the CUDA event followed to the first work launched after the call on the stream made to
@@ -186,17 +200,21 @@ def stream_wait_edges(run) -> list[Edges]:
                 found = [(work.last_before(recorded, on), EXACT)]
             else:
                 found = [
-                    (_after_last_record(work, records, rank, lane, start), FROM_CALLS),
+                    (
+                        _recorded_before(work, records, rank, lane, start, work.stream[held]),
+                        FROM_CALLS,
+                    ),
                     (
                         _ended_just_before(work, held, arrays.start[gap] if gap >= 0 else np.inf),
                         FROM_TIMING,
                     ),  # fmt: skip
                 ]
-            # a stream made to wait for itself, or for work that ended after it began, did not
-            found = [(at, how) for at, how in found if at >= 0 and work.stream[at] != work.stream[held] and work.end[at] <= arrays.start[first]]  # fmt: skip
-            if not found:
-                unmatched += gap >= 0  # it may have held its stream, for what is not known
-                continue
+            # a stream made to wait for itself waits for nothing
+            found = [(at, how) for at, how in found if at >= 0 and work.stream[at] != work.stream[held]]  # fmt: skip
+            if not found:  # it may have held its stream, for what is not known
+                unmatched += gap >= 0 and _held_past_its_launch(work, held, arrays.start[gap])
+            # nor did it wait for work that ended after the stream went on
+            found = [(at, how) for at, how in found if work.end[at] <= arrays.start[first]]
             for at, how in found:
                 if gap >= 0:
                     into_gaps.add(2 * work.row[at] + 1, 2 * gap + 1, how)
@@ -214,13 +232,25 @@ def stream_wait_edges(run) -> list[Edges]:
     return [*into_gaps.edges(STREAM_WAIT), *into_starts.edges(STREAM_WAIT, 0.0)]
 
 
+def _ready(work: GpuWork, held: int, gap_start: float) -> float:
+    """When the ``held`` work could have begun but for a wait: once its launch returned and its
+    stream's previous work had ended (``gap_start``: when the gap before it began)."""
+    issued = work.issued[held]
+    return max(gap_start, issued) if issued == issued else gap_start
+
+
+def _held_past_its_launch(work: GpuWork, held: int, gap_start: float) -> bool:
+    """Whether the ``held`` work began later than its launch and its stream allowed (by more
+    than :data:`STREAM_WAIT_BOUND_US`): something held its stream."""
+    return bool(work.start[held] - _ready(work, held, gap_start) > STREAM_WAIT_BOUND_US)
+
+
 def _ended_just_before(work: GpuWork, held: int, gap_start: float) -> int:
     """The work on another stream of the rank that ended last within
     :data:`STREAM_WAIT_BOUND_US` before the ``held`` work began, and after both its launch
     returned and its stream's previous work ended (``gap_start``: the gap before it began then;
     inf for no gap): what the held work waited for, by the GPU's timing; -1 for none."""
-    begin = work.start[held]
-    ready = max(gap_start, work.issued[held]) if work.issued[held] == work.issued[held] else gap_start  # fmt: skip
+    begin, ready = work.start[held], _ready(work, held, gap_start)
     mine = np.flatnonzero(
         (work.stream != work.stream[held])
         & (work.end <= begin)

@@ -124,11 +124,12 @@ class FoundEdges:
         return [Edges.of(*st, dependency, lag, inferred=how) for how, st in self.found.items()]
 
 
-def launching_ops(ev: pd.DataFrame) -> pd.Series:
+def launching_ops(ev: pd.DataFrame, annotations: bool = False) -> pd.Series:
     """Per GPU event of ``ev`` whose launch is in the trace (indexed by its label), the name of
     the op that launched it: the innermost event on its launch call's thread that encloses the
-    call and is no CUDA runtime call (an ``aten::`` op, a ``record_function`` annotation);
-    missing where none does."""
+    call and is no CUDA runtime call (an ``aten::`` op, a ``record_function`` annotation), or,
+    with ``annotations``, the innermost ``record_function`` annotation (``slow_op``; not a
+    step, a collective, the optimizer's), where one encloses it; missing where none does."""
     work = launched_on_a_gpu(ev)
     if work.empty:
         return pd.Series(dtype=object)
@@ -136,6 +137,8 @@ def launching_ops(ev: pd.DataFrame) -> pd.Series:
     calls = ev[runtime]
     call_of = dict(zip(zip(calls["rank"].tolist(), calls["start_us"].tolist()), zip(calls["lane"].astype(str).tolist(), calls["end_us"].tolist())))  # fmt: skip
     keep = ~runtime & ~ev["kind"].isin(("step", "other")).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
+    if annotations:
+        keep &= (ev["kind"] == "annotation").to_numpy()
     ops = ev[keep]
     queries = pd.DataFrame(
         [

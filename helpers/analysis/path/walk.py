@@ -37,11 +37,12 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import event_names
+from ...traces.kinds import GPU_WORK_KINDS, event_names
 from .dependencies import (
     DEPENDENCIES,
     UNTRACED,
     UNTRACED_NAME,
+    WORK,
     dependency_names,
     own_reason,
     segment_kind,
@@ -53,13 +54,15 @@ from .lanes import Lanes, lane_intervals
 __all__ = [
     "critical_path",
     "path_summary",
+    "named_for_fixing",
+    "kind_said",
     "path_of",
     "step_windows",
     "last_to_end",
     "summary_table",
 ]
 
-_COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank", "waited_for", "launched_by"]  # fmt: skip
+_COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_us", "reason", "to_rank", "waited_for", "launched_by", "launched_within"]  # fmt: skip
 #: The waits that another lane of the rank ended (the path's evidence names what ended them).
 _WOKEN = dependency_names(lambda d: not (d.own_time or d.collective) and d.segment_kind is not None)  # fmt: skip
 
@@ -87,7 +90,9 @@ def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFra
     it, ``(inferred from timing)`` where from what ended just before it, else ``""``;
     ``launched_by``: for GPU work,
     the op that launched it (the innermost op around its launch call, ``aten::mm``), else
-    ``""``.
+    ``""``; ``launched_within``: for GPU work, the innermost ``record_function`` annotation
+    around its launch (what you wrote: ``slow_op``), else ``""``
+    (:func:`named_for_fixing` names GPU work after it).
 
     The rules are in the module's docstring. Raises ValueError without the windows asked for."""
     return path_of(lane_intervals(events, window=window), events)
@@ -139,6 +144,10 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
             "to_rank": raw["to_rank"].astype("Int64"),
             "waited_for": _waited_for(walker, raw, event_names(events)),
             "launched_by": launching_ops(events).reindex(raw["label"]).fillna("").to_numpy(),
+            "launched_within": launching_ops(events, annotations=True)
+            .reindex(raw["label"])
+            .fillna("")
+            .to_numpy(),
         }
     )
     return path[_COLUMNS]
@@ -320,6 +329,24 @@ def last_to_end(steps: pd.DataFrame) -> dict[int, int]:
     ends = steps.groupby(["step", "rank"])["end_us"].max().reset_index()
     last = ends.loc[ends.groupby("step")["end_us"].idxmax()]
     return dict(zip(last["step"].astype(int).tolist(), last["rank"].astype(int).tolist()))
+
+
+def named_for_fixing(path: pd.DataFrame) -> pd.DataFrame:
+    """``path`` (:func:`critical_path`) with each segment of GPU work (a kernel's or a copy's own
+    time) named after what launched it: the annotation around its launch (``launched_within``:
+    ``slow_op``), else the op (``launched_by``: ``aten::mm``); its kind kept. What a fix names,
+    and what :func:`helpers.what_if` removes by that name, the GPU work launched within it
+    going with it."""
+    gpu = path["kind"].isin(GPU_WORK_KINDS).to_numpy() & (path["reason"] == WORK.name).to_numpy()
+    launcher = path["launched_within"].where(path["launched_within"] != "", path["launched_by"])
+    named = gpu & (launcher != "").to_numpy()
+    return path.assign(name=path["name"].where(~named, launcher))
+
+
+def kind_said(kind: str) -> str:
+    """How a row of the path's summary says its ``kind``: GPU work named after what launched it
+    (:func:`named_for_fixing`) is that op's GPU work."""
+    return {"gpu kernel": "its GPU kernels", "gpu memory": "its GPU copies"}.get(kind, kind)
 
 
 def path_summary(path: pd.DataFrame, by: list[str] | str = "kind") -> pd.DataFrame:
