@@ -212,6 +212,12 @@ BUILDERS = {
         ("launch", None),
         {("r0 cudaLaunchKernel.end", "r0 gap.end", 5), ("r0 cudaLaunchKernel.end", "r0 gap.end", 10)},  # fmt: skip
     ),
+    "launch: a launch call of no length (old traces count whole µs) issues from the op around it": (  # fmt: skip
+        {0: [step(0, 1000), op("aten::relu", 0, 20), launch(10, 0, 1), kernel("relu", 30, 100, 1),
+             op("cudaDeviceSynchronize", 20, 980, cat="cuda_runtime")]},
+        ("launch", None),
+        {("r0 aten::relu.end", "r0 gap.end", 10)},
+    ),
     "stream wait: a kernel waits for another stream's work through a CUDA event": (
         {0: WAITED},
         ("stream wait", "GPU 0 stream 7"),

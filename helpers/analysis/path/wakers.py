@@ -113,10 +113,14 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
     launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
     gpu = launched_on_a_gpu(ev)
+    no_interval = {}
     for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
         issuer = launch.get((rank, at))
         if issuer in row_of.index:
             found[label] = int(row_of[issuer])
+        elif issuer is not None:  # a call of no length (old traces count whole µs): no interval
+            no_interval[label] = issuer
+    found.update(_holding(iv, row_of, ev, no_interval))
     calls = ev[name_matches(ev, r"^c10d::")]
     spans = ev[name_matches(ev, COLLECTIVE_SPANS)]
     for rank, mine in spans.groupby("rank"):
@@ -126,6 +130,26 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
         rows = row_of.reindex(issuer).to_numpy()
         kept = (issuer >= 0) & ~np.isnan(rows.astype(float))
         found.update(zip(mine.index[kept].tolist(), rows[kept].astype(np.int64).tolist()))
+    return found
+
+
+def _holding(iv: pd.DataFrame, row_of: pd.Series, ev: pd.DataFrame, calls: dict[int, int]) -> dict[int, int]:  # fmt: skip
+    """For launch ``calls`` that have no interval of their own (``{event: call}``), the interval
+    of the call's thread that holds the moment it was made (the op around it), where its
+    thread has intervals (found from another event of that rank and lane)."""
+    found: dict[int, int] = {}
+    if not calls:
+        return found
+    made = ev.loc[list(calls.values()), ["rank", "lane", "start_us"]].assign(event=list(calls))
+    for (rank, lane), mine in made.groupby(["rank", "lane"], observed=True):
+        near = ev.index[(ev["rank"] == rank).to_numpy() & (ev["lane"] == lane).to_numpy()]
+        known = row_of.reindex(near).dropna()
+        if known.empty:
+            continue
+        on_lane = iv[(iv["lane_id"] == iv.at[int(known.iloc[0]), "lane_id"]).to_numpy()]
+        at = np.searchsorted(on_lane["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right") - 1  # fmt: skip
+        held = at >= 0
+        found.update(zip(mine["event"].to_numpy()[held].tolist(), on_lane.index[at[held]].tolist()))
     return found
 
 
