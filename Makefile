@@ -140,11 +140,12 @@ test-offline: wheelhouse
 # then a run of 256 ranks of 32 MB (8 GB of JSON, generated once into $(BIG_RUN)) summarised
 # rank by rank (the critical path strung together from each rank's part included), and the
 # report command on it and on a lesson's run; the critical path and its replay error on every
-# recording and real trace with steps.
+# recording and real trace with steps, and on the real NCCL jobs.
 BIG_RUN ?= /tmp/pdp-rank-by-rank
 benchmark: install
 	$(BIN)/python -m pip install -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/critical_path.py
+	$(BIN)/python benchmarks/nccl_path_checks.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/what_if_cases.py --record
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/pipeline_cases.py --repeats 3 --record
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/hang_cases.py --cases 24 --out build/hang-cases
