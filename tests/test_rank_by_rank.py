@@ -247,6 +247,12 @@ REAL_RUNS = {
     "two ranks of a 128-GPU job": "hta/trace_filter",
     "event syncs": "hta/critical_path/cuda_event_sync",
     "a gloo CPU rank": "hta/cpu_only",
+    "the H200 job's side stream": "h200/side-1",
+    "Megatron TP=2 on NCCL, a late rank": "nccl-jobs/megatron-tp2",
+    "TorchRec on 4 GPUs, windows begun apart": "nccl-jobs/torchrec-a2a-optimizer-2a",
+    "TorchRec on 4 GPUs, a rank asleep each step": "nccl-jobs/torchrec-a2a-optimizer",
+    "TorchRec on 4 GPUs, quantised comms": "nccl-jobs/torchrec-a2a-optimizer-qcomm-trace",
+    "TorchRec on 2 GPUs, CPU-bound": "nccl-jobs/torchrec-resnet18",
 }
 
 

@@ -93,7 +93,9 @@ def collective_source(events: pd.DataFrame) -> CollectiveSource:
 
 def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame:
     """The collectives (``names``, or :func:`collective_source`'s choice), each with a ``key``
-    and an ``index`` that are equal for the same collective on every rank, and ``matched_by``.
+    and an ``index`` that are equal for the same collective on every rank, ``matched_by``, and
+    ``position``: the how-manieth of its key on its rank (the index before NCCL kernels are
+    lined up across ranks by their times, :mod:`.kernel_ends`).
 
     A collective is matched by what the trace records about it: its sequence number where
     present; else its collective name, process group and message size (the i-th such on
@@ -121,7 +123,7 @@ def matched_collectives(events: pd.DataFrame, names: str | None) -> pd.DataFrame
     )
     ev["key"] = key
     ev["matched_by"] = pd.Categorical([_MATCHED_BY[h] for h in how])
-    ev["index"] = ev.groupby(["rank", "key"]).cumcount()
+    ev["index"] = ev["position"] = ev.groupby(["rank", "key"]).cumcount()
     ev.attrs["world_size"] = events.attrs.get("world_size", np.inf)
     ev = align_by_time(
         ev, ev["cat"].isin(GPU_CATEGORIES).to_numpy(), name_matches(ev, POINT_TO_POINT)

@@ -249,5 +249,8 @@ def summary_of(parts: Sequence[tuple], files: Sequence[str | Path] = ()) -> RunS
     headers = [p[5] for p in parts if len(p) > 5]
     if headers:
         check_one_run(headers)
+    sizes = [h.world_size for h in headers if h.world_size is not None]
+    if sizes:  # the matching of collectives reads it, as in a run loaded whole
+        collectives.attrs["world_size"] = max(sizes)
     size = sum(p.stat().st_size for p in files)
     return RunSummary(steps, collectives, kinds, pieces, ports, files, size, headers)

@@ -111,7 +111,10 @@ def lane_intervals(
         warnings.simplefilter("ignore", UserWarning)
         spans = matched_collectives(events, names)
     spans = spans[spans.index.isin(ev.index) & ~name_matches(spans, TRANSFER_RECORDS)]
-    spans = spans[~paired_by_guess(spans)]
+    # a send's or a receive's span paired by guess is no interval of its own (its record is cut
+    # to its wait); a kernel is one, whether or not the ranks' kernels are one collective
+    guessed = paired_by_guess(spans)
+    spans = spans[~guessed | spans["cat"].isin(GPU_CATEGORIES).to_numpy()]
     ev, spans = _from_data_ready(ev, spans)
     intervals = _intervals(ev, lanes, spans, steps, window)
     result = Lanes(
@@ -122,7 +125,8 @@ def lane_intervals(
         records=ev.index[name_matches(ev, TRANSFER_RECORDS)].to_numpy(),
     )
     several = not alone and events["rank"].nunique() > 1
-    _link_collectives(result, spans, on_every_rank(spans) if several else spans.iloc[:0])
+    linked = on_every_rank(spans[~paired_by_guess(spans)]) if several else spans.iloc[:0]
+    _link_collectives(result, spans, linked)
     result.graph = graph_of(result, ev, events[(events["cat"] == "cuda_sync").to_numpy()])
     return result
 

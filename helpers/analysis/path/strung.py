@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..collectives import collectives_with_waits
+from ..collectives import collectives_with_waits, paired_by_guess
 from ..point_to_point import sends_and_receives
 from .builders import LanesAndEvents, receive_edges, transfer_edges
 from .by_rank import CHAIN_COLUMNS, RankAsked
@@ -66,11 +66,13 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
     receives paired as :func:`helpers.sends_and_receives` pairs them."""
     with warnings.catch_warnings():  # said once by the run's own collective_waits
         warnings.simplefilter("ignore", UserWarning)
-        matched = collectives_with_waits(collectives, None) if collectives["rank"].nunique() > 1 else collectives.iloc[:0]  # fmt: skip
+        several = collectives["rank"].nunique() > 1
+        matched = collectives_with_waits(collectives, None) if several else collectives.iloc[:0]
         ops = ports[ports["port"].isin(["send op", "recv op", "record"])].reset_index(drop=True)
         pairs = sends_and_receives(ops.assign(rank=ops["rank"].astype(int)))
-    coll = ports[ports["port"] == "collective"]
-    coll = coll[_instances(coll).isin(_instances(matched))] if len(matched) else coll.iloc[:0]
+    coll = _as_the_run_numbers(ports[ports["port"] == "collective"], matched)
+    linked = matched[~paired_by_guess(matched)]  # as the whole run links them (.lanes)
+    coll = coll[_instances(coll).isin(_instances(linked))] if len(linked) else coll.iloc[:0]
     paired = np.concatenate([pairs["receive_record"].to_numpy(), pairs["send_record"].to_numpy()])
     records = ops.loc[ops.index.isin(paired)]
     waits = ports[ports["port"] == "wait"].merge(records[["rank", "label"]], on=["rank", "label"])
@@ -87,6 +89,26 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
     own = np.where(table["port"].to_numpy() == "collective", BEGIN.code, WORK.code).astype(np.int8)
     graph = Graph.of([*transfer_edges(run), *receive_edges(run)], intervals, own)
     return PortGraph(table.reset_index(drop=True), graph)
+
+
+def _as_the_run_numbers(coll: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
+    """The collective ports ``coll``, each rank's numbered as it alone saw them (the how-manieth
+    of its key), with the ``index`` the whole run gives them (``matched``, where NCCL kernels are
+    lined up across ranks by their times, :mod:`..kernel_ends`)."""
+    if matched.empty:
+        return coll
+    run = pd.Series(
+        matched["index"].to_numpy(np.int64),
+        index=pd.MultiIndex.from_arrays(
+            [
+                matched["rank"].to_numpy(np.int64),
+                matched["key"].astype(str).to_numpy(),
+                matched["position"].to_numpy(np.int64),
+            ]
+        ),  # fmt: skip
+    )
+    numbers = run.reindex(_instances(coll)).to_numpy()
+    return coll.assign(index=np.where(np.isnan(numbers), coll["index"], numbers).astype(np.int64))
 
 
 def _instances(frame: pd.DataFrame) -> pd.MultiIndex:
@@ -274,7 +296,8 @@ class _Stringer:
         _add(totals, (other, COLLECTIVE_KIND, name), step, t - max(begin, lo))
         kind, label = graph.ports["port"].iat[j], int(graph.ports["label"].iat[j])
         origin = {"collective": "arrival", "send op": "issue", "recv op": "post"}[kind]
-        what = (graph.ports["key"].iat[j], int(graph.ports["index"].iat[j])) if kind == "collective" else label  # fmt: skip
+        # a collective's walk is known by its numbering on its rank alone (the graph's is the run's)
+        what = self.of(other).key_of.get(label) if kind == "collective" else label
         walk = self.of(other).walk_at.get((origin, what), -1)
         return (other, walk, self._begin_at(other, walk, begin)), begin
 
