@@ -155,6 +155,15 @@ BUILDERS = {
         {("r0 gloo:all_reduce.start", "hub", 0), ("r1 gloo:all_reduce.start", "hub", 0),
          ("hub", "r0 gloo:all_reduce.end", 200), ("hub", "r1 gloo:all_reduce.end", 200)},
     ),
+    "transfer: a rank that left before another arrived waited only for those there by then": (
+        # gloo's broadcast of 3 ranks: rank 1 has the root's data at 110, before rank 2 arrives
+        {0: [step(0, 400), op("aten::mm", 0, 100), op("gloo:broadcast", 100, 10, tid=GLOO, cat="user_annotation")],  # fmt: skip
+         1: [step(0, 400), op("aten::mm", 0, 50), op("gloo:broadcast", 50, 60, tid=GLOO, cat="user_annotation")],  # fmt: skip
+         2: [step(0, 400), op("aten::mm", 0, 300), op("gloo:broadcast", 300, 10, tid=GLOO, cat="user_annotation")]},  # fmt: skip
+        ("transfer", None),
+        {(f"r{a} gloo:broadcast.start", f"r{b} gloo:broadcast.end", 10)
+         for b, came in ((0, (0, 1)), (1, (0, 1)), (2, (0, 1, 2))) for a in came},
+    ),
     "receive: a receive's wait ends after the later of its send and its posting, plus the transfer": (
         PIPELINE, ("receive", None),
         {("r0 c10d::send.end", "r1 gloo:recv.end", 20), ("r1 c10d::recv_.start", "r1 gloo:recv.end", 20)},  # fmt: skip

@@ -150,16 +150,31 @@ def transfer_edges(run: LanesAndEvents) -> list[Edges]:
     arrived, plus the collective's transfer (its shortest duration across the ranks). Through a
     node of its own per collective (:attr:`.graph.Graph.hubs`: numbered past the intervals'), so
     that a collective of n ranks has 2n edges, not n²: an edge from every rank's arrival (its
-    interval's start, in the order of the ranks) to it, and one from it to every rank's end."""
-    lanes = run.lanes
-    first = 2 * len(run.arrays.start)
+    interval's start, in the order of the ranks) to it, and one from it to every rank's end.
+
+    A collective that a rank left before another arrived (gloo's broadcast of 3 ranks or more: a
+    receiver needs only the root's data) waited on that rank only for the ranks that had
+    arrived by then: an edge from each of their arrivals to its end, its delay after the last of
+    them as measured, and no node of its own."""
+    lanes, arrays = run.lanes, run.arrays
+    hub = 2 * len(arrays.start)
     source, target, lag = [], [], []
-    for hub, (instance, arrivals) in enumerate(lanes.arrivals.items(), start=first):
-        transfer = lanes.transfer_us[instance]
-        transfer = 0.0 if transfer != transfer else transfer  # no duration known
-        source += [2 * j for j in arrivals] + [hub] * len(arrivals)
-        target += [hub] * len(arrivals) + [2 * j + 1 for j in arrivals]
-        lag += [0.0] * len(arrivals) + [transfer] * len(arrivals)
+    for instance, arrivals in lanes.arrivals.items():
+        rows = np.asarray(arrivals, dtype=np.int64)
+        arrived, ended = arrays.start[rows], arrays.end[rows]
+        if (ended >= arrived.max()).all():
+            transfer = lanes.transfer_us[instance]
+            transfer = 0.0 if transfer != transfer else transfer  # no duration known
+            source += [2 * j for j in arrivals] + [hub] * len(arrivals)
+            target += [hub] * len(arrivals) + [2 * j + 1 for j in arrivals]
+            lag += [0.0] * len(arrivals) + [transfer] * len(arrivals)
+            hub += 1
+            continue
+        for row, end in zip(rows.tolist(), ended.tolist()):
+            came = arrived <= end
+            source += (2 * rows[came]).tolist()
+            target += [2 * row + 1] * int(came.sum())
+            lag += [end - arrived[came].max()] * int(came.sum())
     return [Edges.of(source, target, TRANSFER, lag)]
 
 

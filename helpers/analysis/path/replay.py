@@ -38,6 +38,7 @@ import pandas as pd
 from ...traces.kinds import name_matches
 from .graph import replayed_times
 from .lanes import Lanes, lane_intervals
+from .sharing import machine_cores, sharing_the_gpu, with_shared_cores
 
 __all__ = ["replay_step_times", "replay_error", "what_if", "replayed_intervals", "what_if_checks"]
 
@@ -110,6 +111,7 @@ def what_if(
     factor: float = 0.0,
     lanes: Lanes | None = None,
     window: str | None = None,
+    cores: int | None = None,
 ) -> pd.Series:
     """The step times predicted if some of one rank's events took a share of their time.
 
@@ -129,6 +131,9 @@ def what_if(
             made.
         window: the windows that are the steps, as :func:`helpers.critical_path` takes them
             (default: the profiler's steps).
+        cores: the cores of the one machine the ranks shared: each op is then re-timed by how
+            many ran beside it (:mod:`.sharing`). Default: what the launcher recorded in the
+            run's manifest, else none (every op as long as it was).
 
     Returns:
         The predicted step times in ms (the median over ranks), a Series indexed by step; its
@@ -149,9 +154,15 @@ def what_if(
             "of that rank (a regular expression on event names, e.g. 'DataLoader' or "
             "'^aten::convolution_backward$')"
         )
-    shrink = np.where(changed, factor, 1.0)
-    replayed = _step_durations(lanes, *replayed_intervals(lanes))
-    after = _step_durations(lanes, *replayed_intervals(lanes, *_sharing_the_gpu(lanes, shrink)))
+    shrink, sooner = sharing_the_gpu(lanes, np.where(changed, factor, 1.0))
+    same = np.ones(len(shrink))
+    cores = machine_cores(events, cores)
+    if cores:  # the ops re-timed by their shares of the machine's cores
+        runnable = _runnable(lanes, events)
+        same = with_shared_cores(lanes, runnable, same, cores, lambda f: replayed_intervals(lanes, f))  # fmt: skip
+        shrink = with_shared_cores(lanes, runnable, shrink, cores, lambda f: replayed_intervals(lanes, f, sooner))  # fmt: skip
+    replayed = _step_durations(lanes, *replayed_intervals(lanes, same))
+    after = _step_durations(lanes, *replayed_intervals(lanes, shrink, sooner))
     measured = _measured_per_rank(lanes)
     predicted = (measured + after - replayed).median(axis=1).rename("predicted step (ms)")
     predicted.attrs["measured"] = measured.median(axis=1)
@@ -160,45 +171,13 @@ def what_if(
     return predicted
 
 
-#: The share of the time a kernel overlapped another stream's kernel of its process that it would
-#: have lost had it run alone: two kernels that share a GPU's SMs each get about half of them.
-SHARED_GPU = 0.5
-
-
-def _sharing_the_gpu(lanes: Lanes, shrink: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``shrink``, and how much ``sooner`` each wait ends (µs per interval), with the GPU time
-    that the work ``shrink`` shortens took from the rest of its rank's GPU given back: a stream's
-    gap beside it that nothing but its own time held (a queue: its next work was launched and
-    its stream's work before it done, yet it had not begun) waited for room on the GPU that
-    work held, so it ends sooner by their overlap; a kernel that ran beside it shared the GPU's SMs, and loses :data:`SHARED_GPU` of
-    their overlap. Only the rank's own streams: another process's kernels share the GPU by
-    turns, not at once (and the replay of an unchanged run is untouched)."""
+def _runnable(lanes: Lanes, events: pd.DataFrame) -> np.ndarray:
+    """Per interval, whether it is an op's own time on a CPU thread (a ``compute`` event's):
+    what takes a core while it runs (:func:`.sharing.with_shared_cores`)."""
     iv = lanes.intervals
-    sooner = np.zeros(len(iv))
-    gpu = lanes.lanes["gpu"].to_numpy()[iv["lane_id"].to_numpy()]
-    shrunk = np.flatnonzero(gpu & (shrink < 1.0))
-    if not len(shrunk):
-        return shrink, sooner
-    shrink = shrink.copy()
-    graph = lanes.graph
-    ends_of = graph.binding[1 : 2 * graph.intervals : 2]  # what held each interval's end
-    queued = graph.source[ends_of] == graph.target[ends_of] - 1  # its own time: a gap, a queue
-    starts, ends = iv["start_us"].to_numpy(float), iv["end_us"].to_numpy(float)
-    lane, rank, event = iv["lane_id"].to_numpy(), iv["rank"].to_numpy(), iv["event"].to_numpy()
-    for r in np.unique(rank[shrunk]):
-        theirs = shrunk[rank[shrunk] == r]
-        theirs = theirs[np.argsort(starts[theirs], kind="stable")]
-        latest_end = np.maximum.accumulate(ends[theirs])
-        for i in np.flatnonzero(gpu & (rank == r) & (shrink == 1.0) & (ends > starts)):
-            near = theirs[np.searchsorted(latest_end, starts[i], "right") : np.searchsorted(starts[theirs], ends[i], "left")]  # fmt: skip
-            near = near[lane[near] != lane[i]]
-            overlap = np.minimum(ends[near], ends[i]) - np.maximum(starts[near], starts[i])
-            freed = float((np.clip(overlap, 0.0, None) * (1.0 - shrink[near])).sum())
-            if event[i] < 0:
-                sooner[i] = freed if queued[i] else 0.0
-            else:
-                shrink[i] = max(0.0, 1.0 - SHARED_GPU * freed / (ends[i] - starts[i]))
-    return shrink, sooner
+    cpu = ~lanes.lanes["gpu"].to_numpy()[iv["lane_id"].to_numpy()]
+    kind = events["kind"].astype(str).reindex(iv["event"].to_numpy()).to_numpy()
+    return cpu & (kind == "compute")
 
 
 def _what_changed(lanes: Lanes, changed: np.ndarray, gpu_work: int) -> dict:
