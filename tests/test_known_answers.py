@@ -38,8 +38,9 @@ ONE_COLLECTIVE = {
         gloo_span("all_reduce", 610, 190), op("Optimizer.step#SGD.step", 800, 100)],
 }  # fmt: skip
 
-#: Per case: the ranks' events, the what-if (rank, name, factor) and the median step it must
-#: predict (ms), and the kind of dependency the answer depends on.
+#: Per case: the ranks' events, the what-if (rank, name, factor, and the machine's cores where
+#: the case gives them) and the median step it must predict (ms), and the kind of dependency
+#: the answer depends on.
 KNOWN = {
     "transfer: without rank 1's slow op, both ranks leave the collective sooner": (
         # rank 1 arrives at 10 (its c10d call 0-10, gloo's thread 0 µs later), rank 0 at 310;
@@ -153,6 +154,16 @@ KNOWN = {
              sync_call("cudaDeviceSynchronize", 15, 605)]},
         (0, "^big$", 0.0), 0.220, "queue",
     ),
+    "work: two ranks on one core share it once the one that slept computes beside the other": (
+        # rank 1 slept 100 µs (an annotation: no core) while rank 0 computed alone, then
+        # computed alone: each op had the core to itself. Without the sleep both compute at
+        # once on the one core, each at half speed: 200 µs each, both arrive at 200, the
+        # transfer 10 µs, then 10 µs untraced: 220 (the run's cores given: cores=1)
+        {0: [step(0, 220), op("aten::mm", 0, 100), gloo_span("all_reduce", 100, 110)],
+         1: [step(0, 220), op("load", 0, 100, cat="user_annotation"), op("aten::mm", 100, 100),
+             gloo_span("all_reduce", 200, 10)]},
+        (1, "^load$", 0.0, 1), 0.220, "work",
+    ),
     "completion: a step ends no sooner than the collective its gloo thread ran in it": (
         # rank 0 never waits for its all-reduce (its op overlaps it); without the op its step
         # still ends with the collective (rank 1 arrives at 600, transfer 10 µs): 610. Rank 1
@@ -182,9 +193,9 @@ def predicted(tmp_path, ranks: dict[int, list[dict]], change: tuple) -> float:
     """The median step (ms) ``what_if`` predicts for a run whose rank r holds ``ranks[r]``."""
     for rank, events in ranks.items():
         write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
-    rank, name, factor = change
+    rank, name, factor, *cores = change
     events = load_run(tmp_path, cache=False).events
-    return float(what_if(events, rank=rank, name=name, factor=factor).median())
+    return float(what_if(events, rank=rank, name=name, factor=factor, cores=(cores or [None])[0]).median())  # fmt: skip
 
 
 @pytest.mark.parametrize("ranks, change, expected, kind", KNOWN.values(), ids=KNOWN.keys())
@@ -206,3 +217,10 @@ def test_dropping_any_builder_fails_a_known_answer(tmp_path, monkeypatch, builde
         if predicted(folder, ranks, change) != pytest.approx(expected, abs=1e-6):
             failed.append(case)
     assert failed, f"without {builder.__name__}, every known answer still holds"
+
+
+def test_without_the_machines_cores_a_what_if_keeps_every_op_as_long_as_it_was(tmp_path):
+    # the case of the two ranks on one core, told nothing of the cores: rank 1's op moves to
+    # 0-100 beside rank 0's, both arrive at 100, the step ends at 120
+    ranks, (rank, name, factor, _), _, _ = KNOWN["work: two ranks on one core share it once the one that slept computes beside the other"]  # fmt: skip
+    assert predicted(tmp_path, ranks, (rank, name, factor)) == pytest.approx(0.120, abs=1e-6)

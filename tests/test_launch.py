@@ -20,6 +20,7 @@ from helpers.jobs import (
     choose_device,
     launch,
     processes_of_run,
+    usable_cores,
 )
 from helpers.jobs._liverun import _CtrlC
 from helpers.jobs._ranklogs import MAX_LINE, TAIL_LINES, RankLogs
@@ -37,6 +38,7 @@ def test_four_rank_launch_succeeds_and_writes_a_manifest(script, tmp_path):
     assert manifest["exit_codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}
     assert "torch.distributed.run" in " ".join(manifest["command"])
     assert manifest["started"] <= manifest["ended"]
+    assert manifest["cores"] == usable_cores()  # what the ranks shared (helpers.what_if)
     for rank in range(4):
         assert (
             manifest["files"][f"rank{rank}.json"]

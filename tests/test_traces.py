@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import pytest
 
+from conftest import complete_event, trace_doc, write_doc
 from helpers.analysis import shift_ranks
 from helpers.traces import (
     DifferentRuns,
@@ -711,3 +712,12 @@ def test_distributed_info_of_a_header_nested_a_million_deep_is_none(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_text('{"distributedInfo": ' + "[" * 1_000_000 + "]" * 1_000_000 + "}")
     assert distributed_info(path, limit=4 << 20) == {"world_size": None, "backend": None}
+
+
+def test_a_run_folders_manifest_gives_the_machines_cores_to_the_analysis(tmp_path):
+    # helpers.what_if re-times ops by their shares of the cores the ranks shared
+    write_doc(tmp_path / "rank0.json", trace_doc([complete_event("aten::mm", 0, 10)]))
+    (tmp_path / "run.json").write_text(json.dumps({"cores": 2}))
+    assert load_run(tmp_path, cache=False).events.attrs["cores"] == 2
+    (tmp_path / "run.json").write_text(json.dumps({"status": "ok"}))  # written before cores
+    assert "cores" not in load_run(tmp_path, cache=False).events.attrs

@@ -58,6 +58,7 @@ from .runs import (
     MANIFEST_NAME,
     RunRecord,
     new_run_dir,
+    usable_cores,
 )
 
 __all__ = ["launch", "launch_in_background", "processes_of_run"]
@@ -166,6 +167,7 @@ def _new_record(
         backend=device.backend,
         device=device.kind,
         started=_dt.datetime.now().isoformat(timespec="seconds"),
+        cores=usable_cores(),
     )
     record.save()
     if echo:

@@ -87,6 +87,8 @@ class RunRecord:
     ``nodes`` maps each node (torchrun agent) to the global ranks it ran.
     ``files`` maps paths relative to ``run_dir`` to sizes in bytes.
     ``replayed_from`` names the recording a replayed run came from (recorded mode).
+    ``cores`` is how many cores the launcher could run on (one machine's, that its ranks
+    shared; None in a manifest written before it was kept).
     """
 
     experiment: str
@@ -108,6 +110,7 @@ class RunRecord:
     nodes: dict[int, list[int]] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)
     replayed_from: str | None = None
+    cores: int | None = None
     output: dict[int, list[str]] = field(default_factory=dict, repr=False)
 
     @property

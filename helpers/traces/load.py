@@ -27,6 +27,8 @@ steps).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import warnings
 from collections.abc import Iterable, Sequence
@@ -239,14 +241,21 @@ def load_run(
             _cache.write(cache_file, run.events, run.headers, run.skipped)
     _check_expected(run.headers, expect_ranks, folder)
     check_one_run(run.headers, same_run)
-    _note_the_job(run)
+    _note_the_job(run, folder)
     return run
 
 
-def _note_the_job(run: RunTraces) -> None:
-    """Put in ``run.events.attrs`` what the matching of collectives reads of the job
-    (:func:`helpers.matched_collectives`): the most process groups a rank is in, and the job's
-    size (it pairs sends and receives by their times only where every rank is here)."""
+def _note_the_job(run: RunTraces, folder: Path | None) -> None:
+    """Put in ``run.events.attrs`` what the analyses read of the job: the most process groups a
+    rank is in, and the job's size (:func:`helpers.matched_collectives` pairs sends and receives
+    by their times only where every rank is here); and the cores its machine had, where the
+    run's manifest says (:func:`helpers.what_if` re-times ops by their shares of them)."""
+    manifest = folder / MANIFEST_NAME if folder is not None else None
+    if manifest is not None and manifest.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            cores = json.loads(manifest.read_text()).get("cores")
+            if isinstance(cores, int) and cores > 0:
+                run.events.attrs["cores"] = cores
     groups = [h.process_groups for h in run.headers if h.process_groups is not None]
     if groups:
         run.events.attrs["process_groups"] = max(groups)

@@ -33,7 +33,7 @@ __all__ = ["SHARED_GPU", "SETTLE_ROUNDS", "machine_cores", "sharing_the_gpu", "w
 #: would have lost had it run alone: two kernels that share a GPU's SMs each get about half.
 SHARED_GPU = 0.5
 #: How many times the changed run is re-timed for the ops' shares of the cores to settle.
-SETTLE_ROUNDS = 4
+SETTLE_ROUNDS = 5
 
 
 def machine_cores(events: pd.DataFrame, cores: int | None) -> int | None:
@@ -82,14 +82,15 @@ def with_shared_cores(
     work = measured(ends[rows]) - measured(starts[rows])  # each one's core-time
     own = ends[rows] - starts[rows]
     factor = shrink.copy()
-    for _ in range(SETTLE_ROUNDS):
+    kept = shrink[rows] > 0
+    for round_ in range(SETTLE_ROUNDS):
         new_starts, _ = replay(factor)
-        kept = shrink[rows] > 0
         guess = new_starts[rows] + own * factor[rows]
         now = _share_integral(new_starts[rows][kept], guess[kept], cores)
         share = (now(guess) - now(new_starts[rows])) / np.maximum(guess - new_starts[rows], 1e-9)  # fmt: skip
         wanted = np.where(kept, shrink[rows] * work / np.maximum(share, 1e-9) / own, 0.0)
-        factor[rows] = 0.5 * (factor[rows] + wanted)  # halfway: the shares move with the times
+        # after the first round, halfway: the shares move with the times and may swing back
+        factor[rows] = wanted if round_ == 0 else 0.5 * (factor[rows] + wanted)
     return factor
 
 
