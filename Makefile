@@ -146,8 +146,10 @@ benchmark: install
 	$(BIN)/python -m pip install -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/critical_path.py
 	$(BIN)/python benchmarks/nccl_path_checks.py
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/what_if_cases.py --record
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/pipeline_cases.py --repeats 3 --record
+	rm -rf build/what-if-pairs  # fresh runs: the record is of runs the model never saw
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/what_if_pairs.py --repeats 5 --runs build/what-if-pairs --record
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/what_if_cases.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/pipeline_cases.py --repeats 3
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/hang_cases.py --cases 24 --out build/hang-cases
 	$(BIN)/python benchmarks/bench_traces.py
 	$(BIN)/python benchmarks/rank_by_rank.py --ranks 256 --mb-per-rank 32 --folder $(BIG_RUN)

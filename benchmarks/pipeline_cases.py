@@ -23,7 +23,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from repeated import record_checks, run_cases  # noqa: E402
+from repeated import run_cases  # noqa: E402
 
 from helpers import critical_path, load_run, stage_waits, step_times, what_if  # noqa: E402
 from helpers.jobs import launch, script_from_lesson  # noqa: E402
@@ -91,7 +91,7 @@ def bubbles(microbatches: list[int], root: Path, schedule: str = "gpipe") -> pd.
 
 
 def main() -> None:
-    rows, repeats, record = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-pipeline-")
+    rows, repeats = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-pipeline-")
     table = pd.DataFrame(rows)
     medians = table.groupby("case", sort=False).median(numeric_only=True)
     medians["error of the medians %"] = (
@@ -107,8 +107,6 @@ def main() -> None:
         + ", ".join(f"{c} {e:.1f} %" for c, e in medians["error of the medians %"].items())
         + " (target: within 15 %)"
     )
-    if record:
-        record_checks(medians, "pipeline_cases.py", repeats)
     with tempfile.TemporaryDirectory(prefix="pdp-bubble-") as tmp:
         table = pd.concat([bubbles([2, 4, 8], Path(tmp), s) for s in ("gpipe", "1f1b")])
     print(table.to_string(index=False))

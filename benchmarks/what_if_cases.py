@@ -24,7 +24,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from repeated import record_checks, run_cases  # noqa: E402
+from repeated import run_cases  # noqa: E402
 
 from helpers import load_run, step_times, what_if  # noqa: E402
 from helpers.jobs import launch  # noqa: E402
@@ -88,7 +88,7 @@ def recorded_gpu_case() -> dict:
 
 
 def main() -> None:
-    rows, repeats, record = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-what-if-")
+    rows, repeats = run_cases(__doc__.splitlines()[0], CASES, measure, "pdp-what-if-")
     table = pd.DataFrame([*rows, recorded_gpu_case()]).groupby("case", sort=False).median()
     with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         print(table.to_string())
@@ -97,8 +97,6 @@ def main() -> None:
         f"(target: within 15 %); subtraction: {table['subtraction error %'].median():.1f} %; "
         f"cases where subtraction is 30 % or more off: {(table['subtraction error %'] >= 30).sum()} of {len(table)}"  # fmt: skip
     )
-    if record:
-        record_checks(table, "what_if_cases.py", repeats)
 
 
 if __name__ == "__main__":

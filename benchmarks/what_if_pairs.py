@@ -44,6 +44,7 @@ CHECKS = REPO / "helpers" / "analysis" / "path" / "what_if_checks.csv"
 H200 = REPO.parent / "shared" / "real-traces" / "h200"
 DDP = ["--steps", "9", "--wait", "2", "--warmup", "1", "--active", "6"]
 PIPE = ["--steps", "6", "--microbatches", "6", "--work-ms", "5"]
+LESSON_PIPE = ["--steps", "6", "--microbatches", "6", "--work-ms", "10"]
 #: The cores of the machine the first runs were recorded on, before their records said it.
 CORES = 2
 
@@ -96,6 +97,10 @@ PAIRS = {
         "pipeline", "pipeline_job.py", 3, (*PIPE, "--schedule", "1f1b", "--slow-rank", "1", "--delay-ms", "20", "--delay-name", "slow_layer"), (*PIPE, "--schedule", "1f1b"), 1, "^slow_layer$"),
     "GPipe, 3 stages on 2 cores: stage 2 slowed 15 ms a forward": Pair(
         "pipeline", "pipeline_job.py", 3, (*PIPE, "--schedule", "gpipe", "--slow-rank", "2", "--delay-ms", "15", "--delay-name", "slow_layer"), (*PIPE, "--schedule", "gpipe"), 2, "^slow_layer$"),
+    "1F1B as lesson 13 runs it (10 ms a forward): stage 2 slowed 15 ms a forward": Pair(
+        "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--schedule", "1f1b", "--slow-rank", "2", "--delay-ms", "15", "--delay-name", "slow_layer"), (*LESSON_PIPE, "--schedule", "1f1b"), 2, "^slow_layer$"),
+    "GPipe as lesson 13 runs it (10 ms a forward): stage 1 slowed 10 ms a forward": Pair(
+        "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--schedule", "gpipe", "--slow-rank", "1", "--delay-ms", "10", "--delay-name", "slow_layer"), (*LESSON_PIPE, "--schedule", "gpipe"), 1, "^slow_layer$"),
     "torch.distributed.pipelining 1F1B, 3 stages: stage 1 slowed 20 ms a forward": Pair(
         "pipeline", "pipelining_job.py", 3, (*PIPE, "--schedule", "1f1b", "--slow-rank", "1", "--delay-ms", "20"), (*PIPE, "--schedule", "1f1b"), 1, "^slow_layer$"),
     "2x2 mesh, 4 ranks on 2 cores: rank 1 80 ms late a step, halved": Pair(

@@ -370,3 +370,17 @@ def test_htas_own_gpu_path_and_ours_share_their_gpu_time(real_traces):
     for event in only_theirs:
         end = event["ts"] + event["dur"]
         assert syncs[syncs > end].min() - end > 200
+
+
+def test_the_what_ifs_record_is_of_pairs_of_runs_of_many_shapes():
+    # helpers.what_if_checks(), which the report and lesson 11 quote: fresh pairs of runs of the
+    # lessons' jobs with and without a change (benchmarks/what_if_pairs.py)
+    from helpers import what_if_checks
+
+    checks = what_if_checks()
+    assert len(checks) >= 16 and checks["shape"].nunique() >= 6
+    live = checks[checks["shape"] != "GPU (H200)"]
+    assert (live["runs"] >= 3).all() and {2, 3, 4} <= set(live["ranks"])
+    assert (checks["runs_differ_pct"] >= 0).all()
+    off = 100 * (checks["what_if_ms"] - checks["measured_ms"]) / checks["measured_ms"]
+    assert (off - checks["error_pct"]).abs().max() < 0.2  # the record's figures add up (to 0.1 ms)

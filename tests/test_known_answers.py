@@ -223,4 +223,4 @@ def test_without_the_machines_cores_a_what_if_keeps_every_op_as_long_as_it_was(t
     # the case of the two ranks on one core, told nothing of the cores: rank 1's op moves to
     # 0-100 beside rank 0's, both arrive at 100, the step ends at 120
     ranks, (rank, name, factor, _), _, _ = KNOWN["work: two ranks on one core share it once the one that slept computes beside the other"]  # fmt: skip
-    assert predicted(tmp_path, ranks, (rank, name, factor)) == pytest.approx(0.120, abs=1e-6)
+    assert predicted(tmp_path, ranks, (rank, name, factor, 0)) == pytest.approx(0.120, abs=1e-6)

@@ -59,7 +59,7 @@ def test_the_first_section_names_the_slowed_ranks_op_and_predicts_the_step_witho
     held = straggler_report.section(HELD)
     assert held.text.startswith("Each step's critical path")
     assert "most of it is rank 1's `enumerate(DataLoader)" in held.text
-    predicted = float(re.search(r"would take ([\d.]+) ms instead of", held.text).group(1))
+    predicted = float(re.search(r"would take ([\d.]+) ms \(", held.text).group(1))
     measured = load_run(straggler_run).events.pipe(lambda e: e[e["kind"] == "step"])
     delay_ms = 150  # the lesson's --delay-ms
     saving = measured["dur_us"].median() / 1e3 - predicted

@@ -66,8 +66,11 @@ class RunComparison:
     changes add up to the change in the mean step. ``ops``: per ``rank, kind, name``,
     ``calls_before``, ``calls_after`` (per step), ``before_ms``, ``after_ms`` (its events' time
     per step, nested ones included), ``change_ms`` and ``status`` (``added``, ``removed``,
-    ``changed``, ``same``). ``prediction``: a what-if beside the second run, with the
-    interval of their difference and the same ``noise_ms`` (None without one). ``cautions``: what does not line up. ``verdict``: one sentence."""
+    ``changed``, ``same``). ``prediction``: a what-if beside the second run: their medians,
+    the prediction's ``miss_ms`` and ``miss_pct`` against the run, the run's own steps
+    (``steps_low_ms`` to ``steps_high_ms``) and whether they cover the prediction
+    (``covered``: within the noise of the run), with the interval of their difference and the
+    same ``noise_ms`` (None without one). ``cautions``: what does not line up. ``verdict``: one sentence."""
 
     steps: pd.DataFrame
     held: pd.DataFrame
@@ -260,10 +263,16 @@ def _prediction_table(prediction: pd.Series, after: pd.DataFrame, noise_ms: floa
         shift, low, high = step_shift(predicted.to_numpy(), measured.to_numpy())
     except ValueError as err:
         raise ValueError(f"the prediction against the second run: {err}") from None
+    miss = float(predicted.median()) - float(measured.median())
     return pd.DataFrame(
         {
             "predicted_ms": [float(predicted.median())],
             "measured_ms": [float(measured.median())],
+            "miss_ms": [miss],
+            "miss_pct": [100 * miss / float(measured.median())],
+            "steps_low_ms": [float(measured.min())],
+            "steps_high_ms": [float(measured.max())],
+            "covered": [bool(measured.min() <= predicted.median() <= measured.max())],
             "shift_ms": [shift],
             "low_ms": [low],
             "high_ms": [high],
@@ -325,18 +334,18 @@ def _verdict(steps: pd.DataFrame, held: pd.DataFrame, prediction: pd.DataFrame |
         )
     if prediction is not None:
         row = prediction.iloc[0]
-        within = within_noise(row)
-        side = "below" if row["shift_ms"] < 0 else "above"
+        side = "above" if row["miss_ms"] > 0 else "below"
+        steps = f"its steps {row['steps_low_ms']:.1f} to {row['steps_high_ms']:.1f} ms"
         said += (
             f" The what-if predicted {row['predicted_ms']:.1f} ms; the run measured "
             f"{row['measured_ms']:.1f} ms (both the median over steps of the median over ranks, "
-            "as the what-if predicts them; "
+            f"as the what-if predicts them): the prediction is {abs(row['miss_ms']):.1f} ms "
+            f"({abs(row['miss_pct']):.0f} %) {side} it, "
             + (
-                "within the noise"
-                if within
-                else f"{abs(row['shift_ms']):.1f} ms {side} the prediction, beyond the noise"
+                f"within the noise of the run ({steps})."
+                if row["covered"]
+                else f"beyond the noise of the run ({steps})."
             )
-            + ")."
         )
     return said
 

@@ -53,13 +53,7 @@ from .listeners import (
     loopback_interface,
     with_bound_stores,
 )
-from .runs import (
-    LOGS_DIR,
-    MANIFEST_NAME,
-    RunRecord,
-    new_run_dir,
-    usable_cores,
-)
+from .runs import LOGS_DIR, MANIFEST_NAME, RunRecord, new_run_dir, usable_cores
 
 __all__ = ["launch", "launch_in_background", "processes_of_run"]
 

@@ -212,15 +212,20 @@ def _what_if(events: pd.DataFrame, lanes: Lanes, top: pd.Series, median_ms: floa
     fit = float(predicted.attrs["replay_error"].max())
     gpu = predicted.attrs["changed"]["gpu_work"]
     launched = f", with the {gpu} GPU events it launched," if gpu else ""
+    low, high = predicted.attrs["range"]
     checks = what_if_checks()
+    off = checks["error_pct"].abs()
     return (
         f"If rank {rank}'s `{_short(name)}` took no time{launched} the median step would take "
-        f"{predicted.median():.1f} ms instead of {median_ms:.1f} ms, predicted by re-timing the "
-        f"run's dependencies. How far to trust it: such predictions came within "
-        f"{checks['error_pct'].min():.1f} to {checks['error_pct'].max():.1f} % of runs made "
-        f"without the change in the series' {len(checks)} checks (`what_if_checks()`); the "
-        f"re-timing fits this run to within {fit:.1%} (its replay error, a check of the model, "
-        "not of the prediction), and it cannot know what runs faster once the rest changes."
+        f"{predicted.median():.1f} ms ({low:.1f} to {high:.1f} over the steps) instead of "
+        f"{median_ms:.1f} ms, predicted by re-timing the run's dependencies. How far to trust "
+        f"it: held to runs made without the change, in the series' {len(checks)} pairs of "
+        f"runs (`what_if_checks()`), such predictions missed by {off.median():.1f} % in the "
+        f"median and {off.max():.1f} % at worst, where two runs of one job differed by up to "
+        f"{checks['runs_differ_pct'].max():.0f} %; the re-timing fits this run to within "
+        f"{fit:.1%} (its replay error, a check of the model, not of the prediction). It keeps "
+        "every op as long as it was, but for ops that shared the machine's cores or a GPU with "
+        "what it removes (where the run's manifest says the cores)."
     )
 
 

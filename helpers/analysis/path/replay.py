@@ -4,12 +4,15 @@ that :mod:`.lanes` reads in the traces.
 Every interval of every lane keeps what it measured, and its place among the others, as the
 edges of the run's dependency graph (:mod:`.graph`) say:
 
-- work (an op's own time, untraced time) lasts as long as it did, after the interval before it;
+- work (an op's own time, untraced time) lasts as long as it did, after the interval before it,
+  but for what a what-if changes beside it on a shared machine (:mod:`.sharing`: an op re-timed
+  by its share of the cores, a GPU queue or kernel given back the time the removed work held);
 - a wait ends as long after the last of what it waited for as it did (a thread resumes µs after
   what woke it; a kernel starts µs after its launch or after the work of another stream it was
   made to wait for), and an issued event starts no sooner than its issue;
 - a collective ends on every rank when its last rank has arrived, plus its transfer: its
-  shortest duration across ranks;
+  shortest duration across ranks (a rank that left it before another arrived, a broadcast's
+  receiver, waited only for those there by then);
 - a moment that waited for several things waits for the last of them, whichever that is once
   the work is re-timed.
 
@@ -22,10 +25,11 @@ by default) and predicts the step times as measured less what the change saves i
 How right such predictions are is measured against runs made without the change
 (:func:`what_if_checks`), and by the answers worked out by hand in ``tests/test_known_answers.py``.
 
-What the replay cannot know: work that would run faster or slower once the rest changes (two
-ranks sharing a core free it for each other; a GPU kernel that no longer overlaps runs faster),
-and work the traces do not hold. Lumos (MLSys 2025) replays a dependency graph built from traces
-the same way, with GPU-specific rules, and reports 3.3 % replay error on average.
+What the replay cannot know: an op that runs faster or slower for another reason once the rest
+changes (in the series' benchmark, the same ops of a DDP job ran 13 % slower per step in runs with
+a rank's batches late than in runs without: ``what_if_checks()``), and work the traces do not
+hold. Lumos (MLSys 2025) replays a dependency graph built from traces the same way, with
+GPU-specific rules, and reports 3.3 % replay error on average.
 """
 
 from __future__ import annotations
@@ -133,11 +137,14 @@ def what_if(
             (default: the profiler's steps).
         cores: the cores of the one machine the ranks shared: each op is then re-timed by how
             many ran beside it (:mod:`.sharing`). Default: what the launcher recorded in the
-            run's manifest, else none (every op as long as it was).
+            run's manifest, else this machine's for a run without GPU work; 0: none (every op
+            as long as it was).
 
     Returns:
         The predicted step times in ms (the median over ranks), a Series indexed by step; its
-        ``attrs`` hold the measured step times (``"measured"``), the replay error per step
+        ``attrs`` hold its range (``"range"``: the lowest and the highest step predicted, the
+        spread the run's own steps give it), the measured step times (``"measured"``), the
+        replay error per step
         (``"replay_error"``) and what changed (``"changed"``: ``cpu_ms`` and ``gpu_ms``, the
         time of the changed intervals on CPU threads and on GPU streams before the change,
         and ``gpu_work``, how many GPU events launched inside the matched events changed).
@@ -154,21 +161,27 @@ def what_if(
             "of that rank (a regular expression on event names, e.g. 'DataLoader' or "
             "'^aten::convolution_backward$')"
         )
-    shrink, sooner = sharing_the_gpu(lanes, np.where(changed, factor, 1.0))
+    replayed, after = _replayed_both_ways(lanes, events, np.where(changed, factor, 1.0), cores)
+    measured = _measured_per_rank(lanes)
+    predicted = (measured + after - replayed).median(axis=1).rename("predicted step (ms)")
+    predicted.attrs.update(range=(float(predicted.min()), float(predicted.max())), measured=measured.median(axis=1))  # fmt: skip
+    predicted.attrs.update(replay_error=_error(replayed, measured), changed=_what_changed(lanes, changed, gpu_work))  # fmt: skip
+    return predicted
+
+
+def _replayed_both_ways(lanes: Lanes, events: pd.DataFrame, shrink: np.ndarray, cores: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """The step durations of the run replayed as it was, and with each interval's own time
+    multiplied by ``shrink``: a GPU's sharing given back, and, where the machine's ``cores``
+    are known (:func:`.sharing.machine_cores`), each op re-timed by its share of them in both."""
+    shrink, sooner = sharing_the_gpu(lanes, shrink)
     same = np.ones(len(shrink))
     cores = machine_cores(events, cores)
-    if cores:  # the ops re-timed by their shares of the machine's cores
+    if cores:
         runnable = _runnable(lanes, events)
         same = with_shared_cores(lanes, runnable, same, cores, lambda f: replayed_intervals(lanes, f))  # fmt: skip
         shrink = with_shared_cores(lanes, runnable, shrink, cores, lambda f: replayed_intervals(lanes, f, sooner))  # fmt: skip
     replayed = _step_durations(lanes, *replayed_intervals(lanes, same))
-    after = _step_durations(lanes, *replayed_intervals(lanes, shrink, sooner))
-    measured = _measured_per_rank(lanes)
-    predicted = (measured + after - replayed).median(axis=1).rename("predicted step (ms)")
-    predicted.attrs["measured"] = measured.median(axis=1)
-    predicted.attrs["replay_error"] = _error(replayed, measured)
-    predicted.attrs["changed"] = _what_changed(lanes, changed, gpu_work)
-    return predicted
+    return replayed, _step_durations(lanes, *replayed_intervals(lanes, shrink, sooner))
 
 
 def _runnable(lanes: Lanes, events: pd.DataFrame) -> np.ndarray:
@@ -230,11 +243,14 @@ CHECKS = Path(__file__).with_name("what_if_checks.csv")
 
 
 def what_if_checks() -> pd.DataFrame:
-    """How right :func:`what_if` has been: its predictions checked against runs made without
-    the change, as the series' benchmarks measured them (``benchmarks/what_if_cases.py`` and
-    ``pipeline_cases.py``, ``make benchmark``), one row per case: ``case``, ``benchmark``,
-    ``what_if_ms`` (the median step predicted), ``measured_ms`` (the median step of the run
-    without the change), ``error_pct``, ``runs`` (of each, medians taken) and ``measured_on``.
-    This, not the replay error (how well the model reproduces the run it came from), says how
-    far to trust a prediction."""
+    """How right :func:`what_if` has been: its predictions held to runs made without the change,
+    as ``benchmarks/what_if_pairs.py`` measured them (``make benchmark``): pairs of fresh runs of
+    the lessons' jobs (DDP, FSDP2, a 2x2 mesh, pipelines; 2 to 4 ranks on 2 cores) and of the
+    series' H200 job, one row per pair: ``case``, ``shape``, ``ranks``, ``what_if_ms`` (the
+    median of its runs' predictions), ``measured_ms`` (the median step of the runs made without
+    the change), ``runs`` (the pair's repeats), ``measured_on``, ``error_pct`` (signed),
+    ``runs_without`` (how many runs without the change that median pools: pairs of one job
+    share them) and ``runs_differ_pct`` (how far those runs' medians spread, over their
+    median: the noise any prediction is held to). This, not the replay error (how well the
+    model reproduces the run it came from), says how far to trust a prediction."""
     return pd.read_csv(CHECKS)

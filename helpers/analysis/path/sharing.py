@@ -9,8 +9,8 @@ ops ran beside others on the same cores or the same GPU.
   running, at most 1), and in the changed run it lasts as long as that work takes at the shares
   it now meets, found by re-timing again until the times settle. Only ops of the ``compute``
   kind count as running (an annotation, a data loader's fetch or a collective's span may be a
-  wait or a sleep, which takes no core), and the machine's cores must be known
-  (:func:`machine_cores`).
+  wait or a sleep, which takes no core); the machine's cores are the run's manifest's, or this
+  machine's for a run without GPU work (:func:`machine_cores`).
 - **A GPU** (:func:`sharing_the_gpu`): a rank's streams share its GPU's SMs. A stream that waited
   while ready (a queue) beside work the what-if shortens waited for room that work held, and a
   kernel that ran beside it shared the SMs: they are given back their overlap with it (all of a
@@ -25,6 +25,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from ...jobs.runs import usable_cores
+from ...traces.kinds import GPU_WORK_CATEGORIES
 from .lanes import Lanes
 
 __all__ = ["SHARED_GPU", "SETTLE_ROUNDS", "machine_cores", "sharing_the_gpu", "with_shared_cores"]
@@ -37,10 +39,17 @@ SETTLE_ROUNDS = 5
 
 
 def machine_cores(events: pd.DataFrame, cores: int | None) -> int | None:
-    """The cores the run's ranks shared: ``cores`` where given, else what the launcher recorded
-    (``events.attrs["cores"]``, :func:`helpers.load_run` reads it from the run's manifest);
-    None where neither says (the ops are then kept as long as they were)."""
-    return cores if cores is not None else events.attrs.get("cores")
+    """The cores the run's ranks shared: ``cores`` where given (0: none said, every op kept
+    as long as it was), else what the launcher recorded (``events.attrs["cores"]``,
+    :func:`helpers.load_run` reads it from the run's manifest), else, for a run without GPU
+    work (a laptop's or a workshop's, read where it ran), this machine's; None for a GPU job
+    whose manifest does not say (its node is not this machine)."""
+    if cores is not None:
+        return cores or None
+    if "cores" in events.attrs:
+        return events.attrs["cores"]
+    gpu = events["cat"].isin(GPU_WORK_CATEGORIES).any()
+    return None if gpu else usable_cores()
 
 
 def _running(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -56,6 +65,8 @@ def _running(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _share_integral(starts: np.ndarray, ends: np.ndarray, cores: int) -> Callable[[np.ndarray], np.ndarray]:  # fmt: skip
     """The integral over time of the share of a core each running interval gets (``cores`` over
     the intervals running, at most 1), as a function of the moment."""
+    if not len(starts):  # nothing runs: a whole core for anything
+        return lambda t: np.asarray(t, dtype=float)
     moments, count = _running(starts, ends)
     share = np.minimum(1.0, cores / np.maximum(count, 1.0))
     integral = np.r_[0.0, np.cumsum(share[:-1] * np.diff(moments))]
@@ -70,9 +81,17 @@ def with_shared_cores(
     replay: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
 ) -> np.ndarray:
     """``shrink`` with each ``runnable`` interval's own time re-timed by the share of the
-    ``cores`` it meets in the changed run (see the module), ``replay`` giving the intervals'
-    ``(starts, ends)`` for a ``shrink``. An interval the change removes (``shrink`` 0) runs
-    nowhere; an unchanged run comes back as it was (every interval meets its measured share)."""
+    ``cores`` it meets in the changed run (see the module). An interval the change removes
+    (``shrink`` 0) runs nowhere; an unchanged run comes back as it was (every interval meets its
+    measured share).
+
+    Args:
+        lanes: the run's lanes.
+        runnable: per interval, whether it takes a core while it runs (an op's own time).
+        shrink: per interval, the share of its own time the what-if gives it.
+        cores: the machine's cores.
+        replay: the intervals' ``(starts, ends)`` re-timed with a ``shrink``.
+    """
     iv = lanes.intervals
     starts, ends = iv["start_us"].to_numpy(float), iv["end_us"].to_numpy(float)
     rows = np.flatnonzero(runnable & (ends > starts))
