@@ -148,7 +148,6 @@ benchmark: install
 	$(BIN)/python benchmarks/nccl_path_checks.py
 	rm -rf build/what-if-pairs  # fresh runs: the record is of runs the model never saw
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/what_if_pairs.py --repeats 5 --runs build/what-if-pairs --record
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/what_if_cases.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/pipeline_cases.py --repeats 3
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/hang_cases.py --cases 24 --out build/hang-cases
 	$(BIN)/python benchmarks/bench_traces.py

@@ -1,4 +1,4 @@
-"""What the case benchmarks share (``what_if_cases.py``, ``pipeline_cases.py``): each case run
+"""The case benchmark's runs (``pipeline_cases.py``): each case run
 ``--repeats`` times, in a temporary folder, one row of figures per run."""
 
 from __future__ import annotations

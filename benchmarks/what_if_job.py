@@ -1,4 +1,4 @@
-"""A tiny job for the what-if benchmark (``what_if_cases.py``), launched by torchrun on gloo.
+"""A tiny job for the what-if benchmark (``what_if_pairs.py``), launched by torchrun on gloo.
 
 Every step: a little compute, then on each rank a delay before its collective
 (``--delay-ms``, in ``load_batch``), an all-reduce issued asynchronously, work of its own while

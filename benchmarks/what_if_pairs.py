@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -101,6 +102,10 @@ PAIRS = {
         "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--schedule", "1f1b", "--slow-rank", "2", "--delay-ms", "15", "--delay-name", "slow_layer"), (*LESSON_PIPE, "--schedule", "1f1b"), 2, "^slow_layer$"),
     "GPipe as lesson 13 runs it (10 ms a forward): stage 1 slowed 10 ms a forward": Pair(
         "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--schedule", "gpipe", "--slow-rank", "1", "--delay-ms", "10", "--delay-name", "slow_layer"), (*LESSON_PIPE, "--schedule", "gpipe"), 1, "^slow_layer$"),
+    "1F1B, lesson 13's slowed run: stage 1 slowed 20 ms a forward": Pair(
+        "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--slow-rank", "1", "--delay-ms", "20", "--delay-name", "slow_layer"), tuple(LESSON_PIPE), 1, "^slow_layer$"),
+    "GPipe, 4 micro-batches, sends let go: stage 2 slowed 20 ms a forward": Pair(
+        "pipeline", "pipeline_job.py", 3, ("--steps", "6", "--microbatches", "4", "--schedule", "gpipe", "--let-go", "--slow-rank", "2", "--delay-ms", "20", "--delay-name", "slow_layer"), ("--steps", "6", "--microbatches", "4", "--schedule", "gpipe", "--let-go"), 2, "^slow_layer$"),
     "torch.distributed.pipelining 1F1B, 3 stages: stage 1 slowed 20 ms a forward": Pair(
         "pipeline", "pipelining_job.py", 3, (*PIPE, "--schedule", "1f1b", "--slow-rank", "1", "--delay-ms", "20"), (*PIPE, "--schedule", "1f1b"), 1, "^slow_layer$"),
     "2x2 mesh, 4 ranks on 2 cores: rank 1 80 ms late a step, halved": Pair(
@@ -139,6 +144,12 @@ def scripts(folder: Path) -> None:
     (folder / "what_if_job.py").write_text((REPO / "benchmarks" / "what_if_job.py").read_text())
 
 
+def folder_of(name: str) -> str:
+    """The folder a pair's runs are kept in: its name, lower case, words joined by hyphens
+    (so a pair keeps its runs when pairs are added or reordered)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 def record(runs: Path, repeats: int, names: list[str]) -> None:
     """Run every pair of ``names`` ``repeats`` times into ``runs``: repeat i of a pair is a run
     in ``<pair>/<i>/changed/`` and one in ``<pair>/<i>/without/`` (made one after the other),
@@ -148,7 +159,7 @@ def record(runs: Path, repeats: int, names: list[str]) -> None:
         for name in names:
             pair = PAIRS[name]
             for which, args in (("changed", pair.changed), ("without", pair.without)):
-                where = runs / f"pair{list(PAIRS).index(name):02d}" / str(i)
+                where = runs / folder_of(name) / str(i)
                 if (where / which / "done").exists():
                     continue
                 done = launch(runs / "scripts" / pair.script, pair.nproc, experiment=which,
@@ -165,12 +176,17 @@ def median_step(events: pd.DataFrame) -> float:
 
 def measured(events_changed: pd.DataFrame, events_without: pd.DataFrame, pair: Pair, cores: int | None) -> dict:  # fmt: skip
     """One repeat of ``pair``: the what-if's prediction (its median and the range of its steps)
-    against the run without the change (its median step and the range of its steps); the
-    ranks shared ``cores`` (None: not known)."""
+    and subtraction's (the step less the work's time a step, as ``factor`` changes it) against
+    the run without the change (its median step and the range of its steps); the ranks shared
+    ``cores`` (None: not known)."""
     predicted = what_if(events_changed, pair.rank, pair.name, pair.factor, cores=cores)
     steps = step_times(events_without).median(axis=1)
+    names = events_changed["name"].astype(str)
+    work = events_changed[(events_changed["rank"] == pair.rank) & names.str.contains(pair.name)]
+    work_ms = float((work.groupby("step")["dur_us"].sum() / 1e3).median())
     return {
         "step_ms": median_step(events_changed),
+        "subtracted_ms": median_step(events_changed) - (1 - pair.factor) * work_ms,
         "predicted_ms": float(predicted.median()),
         "predicted_low_ms": float(predicted.quantile(0.1)),
         "predicted_high_ms": float(predicted.quantile(0.9)),
@@ -189,7 +205,7 @@ def _load(folder: Path) -> pd.DataFrame:
 def measure(runs: Path) -> pd.DataFrame:
     """One row per repeat of every pair recorded under ``runs``, and one per GPU pair."""
     rows = []
-    for done in sorted(runs.glob("pair*/*/changed/done")):
+    for done in sorted(runs.glob("*/*/changed/done")):
         name = json.loads(done.read_text())["pair"]
         other = done.parents[1] / "without" / "done"
         if name not in PAIRS or not other.exists():
@@ -199,13 +215,15 @@ def measure(runs: Path) -> pd.DataFrame:
         run_of = [done.parent / said["run"], other.parent / json.loads(other.read_text())["run"]]
         row = measured(_load(run_of[0]), _load(run_of[1]), pair, said.get("cores", CORES))
         job = f"{pair.script} on {pair.nproc} ranks {' '.join(pair.without)}"
-        rows.append({"pair": name, "shape": pair.shape, "ranks": pair.nproc, "job": job, "repeat": int(done.parents[1].name), **row})  # fmt: skip
+        rows.append({"pair": name, "shape": pair.shape, "ranks": pair.nproc, "job": job, "repeat": int(done.parents[1].name), "without_run": str(run_of[1]), **row})  # fmt: skip
     for name, (changed, without, rank, pattern) in GPU_PAIRS.items():
         if (H200 / changed).is_dir():
             pair = Pair("GPU (H200)", "gpu_job.py", 2, (), (), rank, pattern)
             row = measured(_load(H200 / changed), _load(H200 / without), pair, None)
-            rows.append({"pair": name, "shape": "GPU (H200)", "ranks": 2, "job": without, "repeat": 0, **row})  # fmt: skip
-    table = pd.DataFrame(rows)
+            rows.append({"pair": name, "shape": "GPU (H200)", "ranks": 2, "job": without, "repeat": 0, "without_run": without, **row})  # fmt: skip
+    order = {name: i for i, name in enumerate([*PAIRS, *GPU_PAIRS])}
+    table = pd.DataFrame(rows).sort_values(["pair", "repeat"], key=lambda c: c.map(order) if c.name == "pair" else c)  # fmt: skip
+    table = table.reset_index(drop=True)
     table["error_pct"] = 100 * (table["predicted_ms"] - table["without_ms"]) / table["without_ms"]
     return table
 
@@ -213,21 +231,24 @@ def measure(runs: Path) -> pd.DataFrame:
 def per_pair(table: pd.DataFrame) -> pd.DataFrame:
     """Each pair's medians over its repeats and its error: the median prediction against the
     median of every run made of the job without the change (the pairs that share it pool their
-    runs), with what those runs differ by (their spread over their median)."""
-    jobs = table.groupby("job")["without_ms"]
+    runs), with what those runs differ by (their spread over their median; none for one run)."""
+    jobs = table.drop_duplicates("without_run").groupby("job")["without_ms"]
     grouped = table.groupby(["pair", "shape", "ranks", "job"], sort=False)
     out = grouped.agg(
         runs=("repeat", "size"),
         step_ms=("step_ms", "median"),
         predicted_ms=("predicted_ms", "median"),
+        subtracted_ms=("subtracted_ms", "median"),
         worst_run_pct=("error_pct", lambda s: s.abs().max()),
     ).reset_index()
     out["without_ms"] = out["job"].map(jobs.median())
     out["runs_without"] = out["job"].map(jobs.size())
-    spread = 100 * (jobs.max() - jobs.min()) / jobs.median()
+    spread = (100 * (jobs.max() - jobs.min()) / jobs.median()).where(jobs.size() > 1)
     out["runs_spread_pct"] = out["job"].map(spread)
-    out["error_pct"] = 100 * (out["predicted_ms"] - out["without_ms"]) / out["without_ms"]
-    return out
+    for which in ("predicted", "subtracted"):
+        off = out[f"{which}_ms"] - out["without_ms"]
+        out[f"{which}_error_pct"] = 100 * off / out["without_ms"]
+    return out.rename(columns={"predicted_error_pct": "error_pct"})
 
 
 def distribution(errors: pd.Series) -> str:
@@ -239,12 +260,14 @@ def distribution(errors: pd.Series) -> str:
 def report(table: pd.DataFrame) -> pd.DataFrame:
     """Print the pairs' table and the distributions; return the pairs' table."""
     pairs = per_pair(table)
-    print("| pair | ranks | runs | step | measured without (runs) | what-if | error | worst single run | runs without it differ by |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| pair | ranks | runs | step | measured without (runs) | what-if | error | worst single run | runs without it differ by | subtraction |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in pairs.itertuples():
-        print(f"| {r.pair} | {r.ranks} | {r.runs} | {r.step_ms:.1f} ms | {r.without_ms:.1f} ms ({r.runs_without}) | {r.predicted_ms:.1f} ms | {r.error_pct:+.1f} % | {r.worst_run_pct:.1f} % | {r.runs_spread_pct:.1f} % |")  # fmt: skip
+        spread = "one run" if pd.isna(r.runs_spread_pct) else f"{r.runs_spread_pct:.1f} %"
+        print(f"| {r.pair} | {r.ranks} | {r.runs} | {r.step_ms:.1f} ms | {r.without_ms:.1f} ms ({r.runs_without}) | {r.predicted_ms:.1f} ms | {r.error_pct:+.1f} % | {r.worst_run_pct:.1f} % | {spread} | {r.subtracted_ms:.1f} ms ({r.subtracted_error_pct:+.0f} %) |")  # fmt: skip
     print(f"\n{len(pairs)} pairs of {pairs['shape'].nunique()} shapes; the pairs' errors: {distribution(pairs['error_pct'])}")  # fmt: skip
     print(f"every run's error ({len(table)} runs): {distribution(table['error_pct'])}")
+    print(f"subtraction's errors, the pairs': {distribution(pairs['subtracted_error_pct'])}")
     live = pairs[pairs["runs_without"] > 1].drop_duplicates("job")
     print(f"what the runs of one job without the change differ by (max - min over median, per job): median {live['runs_spread_pct'].median():.1f} %, worst {live['runs_spread_pct'].max():.1f} %")  # fmt: skip
     return pairs
@@ -258,6 +281,7 @@ def write_checks(pairs: pd.DataFrame) -> None:
             "shape": pairs["shape"],
             "ranks": pairs["ranks"],
             "what_if_ms": pairs["predicted_ms"].round(1),
+            "subtraction_ms": pairs["subtracted_ms"].round(1),
             "measured_ms": pairs["without_ms"].round(1),
             "runs": pairs["runs"],
             "measured_on": date.today().isoformat(),

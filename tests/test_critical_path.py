@@ -381,6 +381,7 @@ def test_the_what_ifs_record_is_of_pairs_of_runs_of_many_shapes():
     assert len(checks) >= 16 and checks["shape"].nunique() >= 6
     live = checks[checks["shape"] != "GPU (H200)"]
     assert (live["runs"] >= 3).all() and {2, 3, 4} <= set(live["ranks"])
-    assert (checks["runs_differ_pct"] >= 0).all()
+    spread = checks["runs_differ_pct"]
+    assert ((spread >= 0) | (spread.isna() & (checks["runs_without"] == 1))).all()
     off = 100 * (checks["what_if_ms"] - checks["measured_ms"]) / checks["measured_ms"]
     assert (off - checks["error_pct"]).abs().max() < 0.2  # the record's figures add up (to 0.1 ms)

@@ -247,10 +247,11 @@ def what_if_checks() -> pd.DataFrame:
     as ``benchmarks/what_if_pairs.py`` measured them (``make benchmark``): pairs of fresh runs of
     the lessons' jobs (DDP, FSDP2, a 2x2 mesh, pipelines; 2 to 4 ranks on 2 cores) and of the
     series' H200 job, one row per pair: ``case``, ``shape``, ``ranks``, ``what_if_ms`` (the
-    median of its runs' predictions), ``measured_ms`` (the median step of the runs made without
+    median of its runs' predictions), ``subtraction_ms`` (the step less the work's time: the
+    obvious sum, for comparison), ``measured_ms`` (the median step of the runs made without
     the change), ``runs`` (the pair's repeats), ``measured_on``, ``error_pct`` (signed),
     ``runs_without`` (how many runs without the change that median pools: pairs of one job
     share them) and ``runs_differ_pct`` (how far those runs' medians spread, over their
-    median: the noise any prediction is held to). This, not the replay error (how well the
+    median: the noise any prediction is held to; empty where there was one run). This, not the replay error (how well the
     model reproduces the run it came from), says how far to trust a prediction."""
     return pd.read_csv(CHECKS)
