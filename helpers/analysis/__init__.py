@@ -17,7 +17,10 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
   achieved, as nccl-tests defines it.
 - ``point_to_point``: each send paired with the receive that took its data (a pipeline's
   stages), from the peers and tags the trace records; how long each stage waited for the others.
-- ``memory``: memory in use over time from a starting point, and its peaks.
+- ``memory``: memory in use over time from a starting point, its peaks, what was alive at
+  each peak, memory that grows step after step.
+- ``allocations``: each allocation's life (paired with its free), its op, line, step, phase
+  and category; the frees of blocks allocated before the trace.
 - ``fsdp``: the phases of a sharded (FSDP2) step per unit and rank, from FSDP's annotations,
   and the phase each collective belongs to.
 - ``gpu``: how long each GPU stream sat idle in a step.
@@ -37,6 +40,7 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
   parts it kept of each rank).
 """
 
+from .allocations import allocation_lives, freed_before_trace
 from .bandwidth import bus_factor, collective_bandwidth
 from .clocks import clock_offsets, shift_ranks
 from .collectives import (
@@ -55,7 +59,7 @@ from .compare import RUN_NOISE, RunComparison, compare_runs, step_shift, within_
 from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
-from .memory import memory_over_time, memory_peaks
+from .memory import alive_at_peak, memory_growth, memory_over_time, memory_peaks, peak_moments
 from .overhead import profiling_cost
 from .overlap import communication_overlap
 from .path import (
@@ -106,6 +110,11 @@ __all__ = [
     "ROOT_UNIT",
     "memory_over_time",
     "memory_peaks",
+    "peak_moments",
+    "alive_at_peak",
+    "memory_growth",
+    "allocation_lives",
+    "freed_before_trace",
     "clock_offsets",
     "shift_ranks",
     "by_rpc_node",

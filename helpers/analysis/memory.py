@@ -8,9 +8,10 @@ before the first recorded event is zero, and the curve shows what the step added
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["memory_over_time", "memory_peaks"]
+__all__ = ["memory_over_time", "memory_peaks", "peak_moments", "alive_at_peak", "memory_growth"]
 
 MIB = 2**20
 
@@ -37,3 +38,71 @@ def memory_peaks(memory: pd.DataFrame) -> pd.DataFrame:
     table = at_peak.set_index(["rank", "device"])[["mib", "ms"]]
     table.columns = ["peak_mib", "at_ms"]
     return table.assign(end_mib=last).reset_index()
+
+
+def peak_moments(lives: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's and device's peak, from :func:`helpers.allocation_lives`'s frame and
+    ``memory`` (the rows it came from): ``rank, device, peak_mib`` (counted from the trace's
+    start, as :func:`memory_peaks`), ``at_us`` (on ``memory``'s clock), and the ``step`` and
+    ``phase`` of the last allocation made by then."""
+    over = memory_over_time(memory)
+    peaks = memory_peaks(over)
+    start = over.groupby(["rank", "device"], observed=True)["time_us"].min()
+    at_us = start.reindex(pd.MultiIndex.from_frame(peaks[["rank", "device"]])).to_numpy()
+    peaks = peaks.assign(at_us=at_us + peaks["at_ms"].to_numpy() * 1e3)
+    made = lives.sort_values("alloc_us", kind="stable")
+    last = pd.merge_asof(
+        peaks.sort_values("at_us")[["rank", "device", "at_us"]],
+        made[["rank", "device", "alloc_us", "step", "phase"]].rename(columns={"alloc_us": "at_us"}),
+        on="at_us", by=["rank", "device"], direction="backward",
+    )  # fmt: skip
+    peaks = peaks.merge(
+        last[["rank", "device", "step", "phase"]], on=["rank", "device"], how="left"
+    )
+    return peaks[["rank", "device", "peak_mib", "at_us", "step", "phase"]]
+
+
+def alive_at_peak(lives: pd.DataFrame, memory: pd.DataFrame, by: str = "category") -> pd.DataFrame:
+    """What was alive at each rank's and device's peak (:func:`peak_moments`), by ``by``
+    (``category``, ``op`` or ``line``): the allocations of the trace made by the peak and not
+    freed before it. Returns ``rank, device, <by>`` (``"(none)"`` where an allocation has
+    none), ``mib`` and ``allocations``, the most first within each rank and device."""
+    peaks = peak_moments(lives, memory)[["rank", "device", "at_us"]]
+    mine = lives.merge(peaks, on=["rank", "device"])
+    alive = mine[(mine["alloc_us"] <= mine["at_us"]) & ~(mine["free_us"] <= mine["at_us"])]
+    keys = alive[by].astype(object).where(alive[by].notna(), "(none)")
+    table = alive.assign(**{by: keys}).groupby(["rank", "device", by], sort=True)["bytes"]
+    table = table.agg(mib="sum", allocations="size").reset_index()
+    table["mib"] = table["mib"] / MIB
+    table = table.sort_values(["rank", "device", "mib"], ascending=[True, True, False])
+    return table.reset_index(drop=True)
+
+
+def memory_growth(lives: pd.DataFrame, min_mib: float = 0.01) -> pd.DataFrame:
+    """Memory allocated step after step and never freed, per rank, device and line.
+
+    From :func:`helpers.allocation_lives`'s frame: the allocations made inside a step, but not
+    in the last (whose memory may still be freed after the trace), that the trace never saw
+    freed. A line is growing when it kept memory in every one of those steps but at most one,
+    and in two at least; an allocation made once (a buffer, the optimizer's state) is not.
+
+    Returns one row per growing rank, device and line, the most first: ``mib_per_step`` (the
+    median of what it kept in each step), ``steps`` (the steps it kept memory in), ``of_steps``
+    (the steps looked at), ``kept_mib`` (in all) and ``op`` (the op that allocated most of it).
+    """
+    columns = ["rank", "device", "line", "mib_per_step", "steps", "of_steps", "kept_mib", "op"]
+    rows = []
+    for (rank, device), mine in lives[lives["step"].notna()].groupby(["rank", "device"]):
+        steps = np.sort(mine["step"].unique())[:-1]
+        kept = mine[mine["free_us"].isna() & mine["step"].isin(steps)]
+        kept = kept.assign(line=kept["line"].astype(object).where(kept["line"].notna(), "(none)"))
+        for line, of_line in kept.groupby("line"):
+            per_step = of_line.groupby("step")["bytes"].sum().reindex(steps, fill_value=0)
+            held = int((per_step > 0).sum())
+            if held < max(2, len(steps) - 1) or per_step.median() < min_mib * MIB:
+                continue
+            op = of_line.groupby("op")["bytes"].sum().idxmax() if of_line["op"].notna().any() else None  # fmt: skip
+            rows.append((rank, device, line, per_step.median() / MIB, held, len(steps),
+                         of_line["bytes"].sum() / MIB, op))  # fmt: skip
+    table = pd.DataFrame(rows, columns=columns)
+    return table.sort_values("kept_mib", ascending=False, kind="stable").reset_index(drop=True)

@@ -48,6 +48,8 @@ TRACES_ROOT = REPO_ROOT / "traces"
 MANIFEST_NAME = "run.json"  # the manifest in every run folder
 LOGS_DIR = "logs"  # torchrun's per-rank log files, in every node's folder
 CACHE_DIR = ".cache"  # the trace loader's cache, in a folder of traces
+# the profiler's memory timeline (export_memory_timeline) that a job may write beside its traces
+MEMORY_TIMELINE_DIR = "memory-timeline"
 
 
 def usable_cores() -> int:

@@ -9,8 +9,8 @@ Python:
   load whole) and returns a :class:`Report`: the job at a glance, then sections in the order to
   read them (the hang, when Flight Recorder dumps beside the traces show one; what held the
   steps and what to fix first; what the traces cannot tell; step time; waiting and the
-  straggler; time per kind; the GPU; a sharded job's phases). A section shows itself in a
-  notebook.
+  straggler; time per kind; the GPU; a sharded job's phases; where the memory went). A
+  section shows itself in a notebook.
 - :func:`build_comparison`: two runs compared (did the change work, by how much beyond the
   steps' noise, where on the critical path; :func:`helpers.compare_runs`).
 - :func:`write_report` writes it as HTML; :func:`report_html` gives the HTML.
@@ -18,6 +18,7 @@ Python:
 
 Modules: ``build`` (reading the traces), ``held`` (the first section: the critical path, what
 to fix first and a what-if, stalls and unmatched collectives), ``sections`` (the other parts),
+``memory`` (each rank's peak, what was alive at it, memory that grows step after step),
 ``cautions`` (what the traces cannot tell), ``flight`` (what Flight Recorder dumps beside the
 traces add: gloo's process groups, and the hang), ``compare`` (two runs), ``html`` (the page), ``__main__`` (the command).
 """

@@ -40,6 +40,7 @@ from ..traces.export import written_by_merge
 from .cautions import Facts, cautions, facts_of_events, missing_ranks
 from .flight import HANG, hang_section, records_beside, with_groups_from_dumps
 from .held import HELD, held_section_of
+from .memory import MEMORY_TITLE, memory_section
 from .sections import (
     PIPELINE_TITLE,
     Section,
@@ -301,6 +302,8 @@ def _assemble(source: str, read: _Read, caught: list, critical: bool) -> Report:
     if has_steps and whole:
         sections.append(_guarded("A sharded job's phases", failed, _phases, events))
         sections.append(_guarded(PIPELINE_TITLE, failed, pipeline_section, events))
+    if whole:
+        sections.append(_guarded(MEMORY_TITLE, failed, memory_section, read.read, events))
     facts = Facts(
         ranks=ranks,
         world_size=read.world,

@@ -10,7 +10,8 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
 - ``legacy_records``: the legacy profiler's raw records, kept while it parses them
   (:func:`kept_legacy_records`), and the RPC replies read from them (:func:`server_replies`).
 - ``memory``: :func:`load_memory`, the allocations and frees that ``profile_memory=True``
-  records, over time.
+  records, over time; :func:`load_memory_categories`, the profiler's category of each, where
+  the job wrote its memory timeline beside its traces.
 - ``kinds``: the kinds of event, defined once: how the loader recognises each (its ``kind``
   column), its colour and drawing layer; event names as text (:func:`event_names`,
   :func:`name_matches`). The analysis and the drawings read them from here.
@@ -44,7 +45,7 @@ from .load import (
     trace_files,
 )
 from .legacy_records import kept_legacy_records, server_replies
-from .memory import load_memory
+from .memory import load_memory, load_memory_categories
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind, event_names, name_matches
 from .rank_files import rank_events
 
@@ -66,6 +67,7 @@ __all__ = [
     "merge_traces",
     "gather_traces",
     "load_memory",
+    "load_memory_categories",
     "kept_legacy_records",
     "server_replies",
     "rank_events",

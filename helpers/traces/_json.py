@@ -128,6 +128,7 @@ class _MemoryArgs(msgspec.Struct, frozen=True, gc=False):
     reserved: Any = msgspec.field(default=None, name="Total Reserved")
     device_type: Any = msgspec.field(default=None, name="Device Type")
     device_id: Any = msgspec.field(default=None, name="Device Id")
+    address: Any = msgspec.field(default=None, name="Addr")
 
 
 class MemoryEvent(msgspec.Struct, gc=False):
@@ -135,6 +136,7 @@ class MemoryEvent(msgspec.Struct, gc=False):
 
     name: Any = ""
     ts: Any = None
+    tid: Any = None
     args: msgspec.Raw = _EMPTY  # decoded only for [memory] events (memory_args)
 
 

@@ -44,7 +44,7 @@ from ._error import DifferentRuns, NotATrace, TraceError, TraceWarning
 from ._file import FileColumns, read_file, read_files
 from ._frame import frame
 from ._header import TraceHeader, rank_in_name
-from ..jobs.runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, show_path
+from ..jobs.runs import CACHE_DIR, LOGS_DIR, MANIFEST_NAME, MEMORY_TIMELINE_DIR, show_path
 
 __all__ = [
     "TraceError",
@@ -136,7 +136,8 @@ def load_trace(
 
 def trace_files(folder: str | Path) -> list[Path]:
     """The trace files under a folder: ``*.json`` and ``*.json.gz``, recursively, sorted;
-    the run manifest, torchrun's logs and the loader's cache are left out."""
+    the run manifest, torchrun's logs, the loader's cache and a memory timeline's folder are
+    left out."""
     folder = Path(folder)
     if not folder.is_dir():
         raise TraceError(folder, "no such folder")
@@ -146,7 +147,7 @@ def trace_files(folder: str | Path) -> list[Path]:
         if p.is_file()
         and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
         and p.name != MANIFEST_NAME
-        and not {LOGS_DIR, CACHE_DIR} & set(p.relative_to(folder).parts[:-1])
+        and not {LOGS_DIR, CACHE_DIR, MEMORY_TIMELINE_DIR} & set(p.relative_to(folder).parts[:-1])
     ]
     return sorted(files)
 

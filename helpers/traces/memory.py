@@ -5,28 +5,34 @@ Each allocation and each free is an *instant* event (``"ph": "i"``, no duration)
 totals after it (``Total Allocated``, ``Total Reserved``) and the device it is about
 (``Device Type`` 0: the CPU, 1: a CUDA GPU, with its ``Device Id``). :func:`load_trace`
 keeps only events with a duration, so these are read here, from the same bounded bytes and
-with the same errors.
+with the same errors. :func:`load_memory_categories` reads the profiler's own category of
+each allocation, where the job wrote its memory timeline beside its traces.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
+from ..jobs.runs import MEMORY_TIMELINE_DIR
 from ._bytes import read_bytes
 from ._error import TraceError
 from ._header import header_of
 from ._json import decode_memory, finite_number, memory_args
 from .load import run_files
 
-__all__ = ["load_memory", "MEMORY_COLUMNS"]
+__all__ = ["load_memory", "load_memory_categories", "MEMORY_COLUMNS", "PROFILER_CATEGORIES"]
 
 #: The columns of :func:`load_memory`'s frame.
-MEMORY_COLUMNS = ["rank", "device", "time_us", "bytes", "allocated", "reserved"]
+MEMORY_COLUMNS = [
+    "rank", "device", "time_us", "bytes", "allocated", "reserved", "address", "tid",
+]  # fmt: skip
 _DEVICE_TYPES = {0: "cpu", 1: "cuda"}  # c10::DeviceType's numbers, as the trace writes them
 
 
@@ -40,7 +46,9 @@ def load_memory(source: Any, device: str | None = None) -> pd.DataFrame:
 
     Returns ``rank, device`` (``"cpu"``, ``"cuda:0"``...), ``time_us`` (µs on the same clock
     as ``load_trace``'s ``start_us``), ``bytes`` (allocated, or negative: freed), ``allocated``
-    and ``reserved`` (the device's totals after it, in bytes). A file without ``[memory]``
+    and ``reserved`` (the device's totals after it, in bytes), ``address`` (of the block, -1
+    where the trace does not say) and ``tid`` (the thread that allocated or freed it, as the
+    events' ``tid``). A file without ``[memory]``
     events (profiled without ``profile_memory=True``) is a :class:`TraceError`.
     """
     single = isinstance(source, (str, os.PathLike)) and Path(source).is_file()
@@ -77,7 +85,13 @@ def _memory_of_file(path: Path, rank: int | None, single: bool) -> pd.DataFrame:
         numbers = [_byte_count(v) for v in (args.bytes, args.allocated, args.reserved)]
         if numbers[0] is None:
             continue
-        rows.append((_device(args.device_type, args.device_id), ts + base_us, *numbers))
+        address = _byte_count(args.address)
+        rows.append(
+            (
+                _device(args.device_type, args.device_id), ts + base_us, *numbers,
+                -1 if address is None else address, str(event.tid)[:40],
+            )
+        )  # fmt: skip
     if not rows:
         raise TraceError(
             path,
@@ -86,7 +100,9 @@ def _memory_of_file(path: Path, rank: int | None, single: bool) -> pd.DataFrame:
         )
     frame = pd.DataFrame(rows, columns=MEMORY_COLUMNS[1:]).fillna({"allocated": 0, "reserved": 0})
     frame.insert(0, "rank", np.int32(header.rank))
-    return frame.astype({"bytes": np.int64, "allocated": np.int64, "reserved": np.int64})
+    frame["address"] = frame["address"].fillna(-1)
+    counts = ["bytes", "allocated", "reserved", "address"]
+    return frame.astype(dict.fromkeys(counts, np.int64))
 
 
 def _byte_count(value: Any) -> int | None:
@@ -102,3 +118,43 @@ def _device(device_type: Any, device_id: Any) -> str:
         return kind
     number = device_id if isinstance(device_id, int) else str(device_id)[:20]
     return f"{kind or 'device type ' + str(device_type)[:20]}:{number}"
+
+
+#: The profiler's memory categories by their number in ``export_memory_timeline``'s raw file
+#: (``torch.profiler._memory_profiler._CATEGORY_TO_INDEX``; 7: none).
+PROFILER_CATEGORIES = (
+    "parameter", "optimizer state", "input", "temporary", "activation", "gradient",
+    "autograd detail", None,
+)  # fmt: skip
+_CREATE = 2  # the raw file's action of an allocation (_ACTION_TO_INDEX[Action.CREATE])
+_TIMELINE_EVENT = tuple[float, int, int, int]  # (ns, action, bytes, category)
+_TIMELINE = msgspec.json.Decoder(list[_TIMELINE_EVENT])
+
+
+def load_memory_categories(folder: str | os.PathLike) -> pd.DataFrame:
+    """The profiler's own category of each allocation, where the job wrote its memory timeline
+    beside its traces: ``prof.export_memory_timeline(f"{MEMORY_TIMELINE_DIR}/rank{rank}.raw.json.gz",
+    device)`` inside ``on_trace_ready``. Read as the traces are (bounded in size and expansion).
+
+    Returns ``rank``, ``alloc_us`` (µs, :func:`load_memory`'s clock), ``bytes`` and ``category``
+    (one of :data:`PROFILER_CATEGORIES`), one row per allocation; empty where the folder has no
+    such file. A file that is not such a timeline is a :class:`TraceError` naming it.
+    """
+    rows = []
+    for path in sorted(Path(folder).rglob(f"{MEMORY_TIMELINE_DIR}/rank*.raw.json.gz")):
+        rank = re.fullmatch(r"rank(\d+)\.raw\.json\.gz", path.name)
+        if rank is None:
+            continue
+        try:
+            events = _TIMELINE.decode(read_bytes(path))
+        except (msgspec.DecodeError, UnicodeDecodeError) as err:
+            raise TraceError(
+                path, f"is not a memory timeline of export_memory_timeline ({err}); remove it "
+                "or write it again with the job"
+            ) from None  # fmt: skip
+        rows += [
+            (int(rank[1]), ns / 1e3, size, PROFILER_CATEGORIES[kind] if 0 <= kind < 8 else None)
+            for ns, action, size, kind in events
+            if action == _CREATE and ns > 0
+        ]
+    return pd.DataFrame(rows, columns=["rank", "alloc_us", "bytes", "category"])
