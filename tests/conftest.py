@@ -214,6 +214,7 @@ SLOW_MODULES = {
     "test_fuzz_traces",
     "test_fuzz_flight_recorder",
     "test_site",
+    "test_allocations",
 }
 
 

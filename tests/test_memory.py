@@ -5,6 +5,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import gzip
 import json
 
 import pandas as pd
@@ -12,8 +13,13 @@ import pytest
 
 from helpers import (
     TraceError,
+    allocation_lives,
+    build_report,
+    freed_before_trace,
     load_memory,
+    load_memory_categories,
     load_trace,
+    memory_growth,
     memory_over_time,
     memory_peaks,
     merge_traces,
@@ -157,3 +163,71 @@ def test_the_memory_plot_names_each_shaded_span_in_the_legend_in_a_colour_of_its
     assert len(ax.patches) == 2 and not ax.texts, "no label drawn over the curve"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "second"]
     assert ax.patches[0].get_facecolor() != ax.patches[1].get_facecolor()
+
+
+def at(ts, nbytes, address, total=0):
+    """A [memory] event of ``nbytes`` at ``address`` (its totals are not read here)."""
+    event = memory_event(ts, nbytes, total)
+    event["args"]["Addr"] = address
+    return event
+
+
+@pytest.fixture
+def four_steps(kineto, write, tmp_path):
+    """Rank 0 over 4 steps (each 900 µs, 1000 µs apart): every step allocates a block it frees
+    within the step (address 10+i) and one it keeps (address 20+i, 64 KiB); a block allocated
+    before the trace (address 5) is freed in step 1; address 7 is allocated twice, freed between."""
+    doc = kineto(0, steps=4)
+    for i in range(4):
+        t = i * 1000.0
+        doc["traceEvents"] += [at(t + 10, 4096, 10 + i), at(t + 50, -4096, 10 + i),
+                               at(t + 60, 65536, 20 + i)]  # fmt: skip
+    doc["traceEvents"] += [at(100.0, -MIB, 5), at(200, 512, 7), at(300, -512, 7),
+                           at(1200, 512, 7), at(1300, -512, 7)]  # fmt: skip
+    path = write(tmp_path / "rank0.json", doc)
+    return load_memory(path), load_trace(path).events
+
+
+def test_each_allocation_is_paired_with_the_next_free_at_its_address(four_steps):
+    lives = allocation_lives(*four_steps)
+    reused = lives[lives["address"] == 7]
+    assert list(reused["free_us"] - reused["alloc_us"]) == pytest.approx([100.0, 100.0])
+    assert lives[lives["address"] >= 20]["free_us"].isna().all()
+    assert list(lives[lives["address"] >= 20]["step"]) == [1, 2, 3, 4]
+
+
+def test_a_block_allocated_before_the_trace_is_counted_as_freed_before_it(four_steps):
+    freed = freed_before_trace(four_steps[0])
+    assert freed.to_dict("records") == [{"rank": 0, "device": "cpu", "bytes": MIB}]
+    assert not (allocation_lives(*four_steps)["address"] == 5).any()
+
+
+def test_memory_kept_in_every_step_grows_and_memory_freed_does_not(four_steps):
+    growth = memory_growth(allocation_lives(*four_steps))
+    row = growth.iloc[0]
+    assert len(growth) == 1 and (row["rank"], row["steps"], row["of_steps"]) == (0, 3, 3)
+    assert row["mib_per_step"] == pytest.approx(65536 / MIB)
+
+
+def test_memory_kept_in_one_step_only_is_no_growth(kineto, write, tmp_path):
+    doc = kineto(0, steps=4)
+    doc["traceEvents"] += [at(60.0, 65536, 20), at(1060.0, 4096, 21), at(1070.0, -4096, 21)]
+    path = write(tmp_path / "rank0.json", doc)
+    assert memory_growth(allocation_lives(load_memory(path), load_trace(path).events)).empty
+
+
+def test_a_report_of_traces_without_memory_events_says_how_to_record_them(kineto, write, tmp_path):
+    for rank in (0, 1):
+        write(tmp_path / f"rank{rank}.json", kineto(rank))
+    report = build_report([tmp_path])
+    (section,) = [s for s in report.sections if s.title == "Where the memory went"]
+    assert "profile_memory=True" in section.text and section.table is None
+
+
+def test_a_memory_timeline_that_is_not_one_is_refused_by_name(tmp_path):
+    folder = tmp_path / "memory-timeline"
+    folder.mkdir()
+    (folder / "rank0.raw.json.gz").write_bytes(gzip.compress(b'{"not": "a timeline"}'))
+    with pytest.raises(TraceError, match="not a memory timeline") as err:
+        load_memory_categories(tmp_path)
+    assert "rank0.raw.json.gz" in str(err.value)

@@ -28,7 +28,7 @@ from helpers.traces import run_files
 GPU_EXCERPTS = REPO / "data" / "gpu-traces"
 TWO_OF_128 = sorted(GPU_EXCERPTS.glob("nccl-128gpu-rank*.json.gz"))
 HELD = "What held the steps, what to fix first"
-ORDER = [HELD, "What the traces cannot tell", "Step time per rank", "Waiting and the straggler", "Time per kind"]  # fmt: skip
+ORDER = [HELD, "What the traces cannot tell", "Step time per rank", "Waiting and the straggler", "Time per kind", "Where the memory went"]  # fmt: skip
 
 
 def files_of(run: RunRecord) -> list[Path]:

@@ -27,7 +27,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .path.lanes import _last_open
+from .path.lanes import last_open
 
 __all__ = ["allocation_lives", "freed_before_trace", "CATEGORIES", "LIFE_COLUMNS"]
 
@@ -156,8 +156,8 @@ def _chains(frame: pd.DataFrame, moments: np.ndarray) -> tuple[pd.DataFrame, lis
     it, innermost first: level k is an array of row positions (-1: none)."""
     frame = frame.assign(_len=-frame["dur_us"]).sort_values(["start_us", "_len"], kind="stable")
     starts, ends = frame["start_us"].to_numpy(), frame["end_us"].to_numpy()
-    parent = _last_open(np.arange(len(frame)) - 1, ends, starts)
-    cand = _last_open(np.searchsorted(starts, moments, side="right") - 1, ends, moments, parent)
+    parent = last_open(np.arange(len(frame)) - 1, ends, starts)
+    cand = last_open(np.searchsorted(starts, moments, side="right") - 1, ends, moments, parent)
     levels = []
     while (cand >= 0).any():
         levels.append(cand)

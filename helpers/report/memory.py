@@ -26,7 +26,7 @@ def memory_section(files: list[Path], events: pd.DataFrame) -> Section:
     """The section, from the trace ``files`` and their ``events``; a sentence alone when the
     traces hold no memory events."""
     try:
-        memory = load_memory(files)
+        memory = load_memory(files[0] if len(files) == 1 else files)
     except TraceError as err:
         if "no [memory] events" not in str(err):
             raise

@@ -237,19 +237,26 @@ def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> 
     # sorted by a merge of runs (the starts are, the ends nearly): many times np.unique's sort
     bounds = np.sort(np.concatenate([starts, ends, [first, last]]), kind="stable")
     bounds = bounds[np.r_[True, bounds[1:] != bounds[:-1]]]
-    parent = _last_open(np.arange(len(starts)) - 1, ends, starts)  # open when each began
-    at = _last_open(np.searchsorted(starts, bounds[:-1], side="right") - 1, ends, bounds[:-1], parent)  # fmt: skip
+    parent = last_open(np.arange(len(starts)) - 1, ends, starts)  # open when each began
+    at = last_open(np.searchsorted(starts, bounds[:-1], side="right") - 1, ends, bounds[:-1], parent)  # fmt: skip
     label = np.where(at >= 0, labels[np.maximum(at, 0)], -1)
     new = np.r_[True, label[1:] != label[:-1]] if len(label) else np.zeros(0, dtype=bool)
     begins = bounds[:-1][new]
     return pd.DataFrame({"start_us": begins, "end_us": np.r_[begins[1:], last][: len(begins)], "event": label[new]})  # fmt: skip
 
 
-def _last_open(cand: np.ndarray, ends: np.ndarray, moments: np.ndarray, parent=None) -> np.ndarray:  # fmt: skip
-    """For each of ``moments``, the last event at or before its candidate in ``cand`` (events
-    sorted by start, then longest first) that had not ended by it (-1: none), jumping from an
-    ended candidate to its ``parent`` (None: to the candidate found so far for that candidate,
-    which is how the parents themselves are found, all at once)."""
+def last_open(cand: np.ndarray, ends: np.ndarray, moments: np.ndarray, parent=None) -> np.ndarray:  # fmt: skip
+    """For each of ``moments``, the innermost event open at it: the last event at or before its
+    candidate that had not ended by it (-1: none).
+
+    Args:
+        cand: per moment, the position of the last event that started at or before it.
+        ends: the events' ends, the events sorted by start, then longest first.
+        moments: the moments asked about.
+        parent: per event, the one open when it began; from an ended candidate the search jumps
+            there (None: to the candidate found so far for that candidate, which is how the
+            parents themselves are found, all at once).
+    """
     while True:
         at = np.maximum(cand, 0)
         ended = (cand >= 0) & (ends[at] <= moments)

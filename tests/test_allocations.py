@@ -1,0 +1,75 @@
+"""Where the memory went, on a real DDP job whose memory is known by construction
+(``benchmarks/memory_job.py``): one rank keeps a copy of an activation every step and never frees
+it. The report must name the rank, the MiB a step and the line; the other rank must not grow."""
+
+from pathlib import Path
+
+import pytest
+
+from helpers import allocation_lives, load_memory, load_memory_categories, load_run, memory_growth
+from helpers.jobs import launch
+from helpers.report import build_report
+
+JOB = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_job.py"
+KEPT_IN = {"forward": "x.detach().flatten()", "loss": "output.detach().flatten()"}
+
+
+def line_of(text: str) -> str:
+    """``memory_job.py:N``, the line of the job that holds ``text``."""
+    lines = JOB.read_text().splitlines()
+    (number,) = [i + 1 for i, line in enumerate(lines) if text in line and "KEPT.append" in line]
+    return f"{JOB.name}:{number}"
+
+
+@pytest.fixture(scope="module")
+def kept_runs(tmp_path_factory):
+    """Two runs of 2 ranks: rank 1 keeps 1 MiB a step in the forward (with the profiler's memory
+    timeline written beside the traces), rank 0 keeps 0.5 MiB a step in the loss."""
+    root = tmp_path_factory.mktemp("memory")
+    cases = {
+        "forward": ["--keep-rank", "1", "--keep-mib", "1", "--keep-in", "forward", "--timeline"],
+        "loss": ["--keep-rank", "0", "--keep-mib", "0.5", "--keep-in", "loss"],
+    }
+    return {
+        name: launch(JOB, 2, experiment=name, args=args, echo=False, traces_root=root, timeout=180)
+        for name, args in cases.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "case, rank, mib, calm",
+    [("forward", 1, 1.0, 0), ("loss", 0, 0.5, 1)],
+    ids=["rank-1-keeps-1-MiB-in-its-forward", "rank-0-keeps-half-a-MiB-in-its-loss"],
+)
+def test_the_growing_rank_its_mib_a_step_and_its_line_are_found(kept_runs, case, rank, mib, calm):
+    run = kept_runs[case].run_dir
+    growth = memory_growth(allocation_lives(load_memory(run), load_run(run, cache=False).events))
+    assert list(growth["rank"]) == [rank], "only the rank that keeps memory grows"
+    found = growth.iloc[0]
+    assert found["mib_per_step"] == pytest.approx(mib, rel=0.2)
+    assert found["line"] == line_of(KEPT_IN[case])
+    assert found["steps"] >= found["of_steps"] - 1 and calm not in set(growth["rank"])
+
+
+@pytest.mark.parametrize("case, rank, mib", [("forward", 1, "1.00"), ("loss", 0, "0.50")])
+def test_the_report_says_the_rank_the_mib_a_step_and_the_line(kept_runs, case, rank, mib):
+    report = build_report([kept_runs[case].run_dir])
+    (section,) = [s for s in report.sections if s.title == "Where the memory went"]
+    said = f"rank {rank} keeps {mib} MiB a step allocated at `{line_of(KEPT_IN[case])}`"
+    assert said in section.text
+    assert f"Rank {1 - rank}: no growth." in section.text
+
+
+def test_the_profilers_timeline_gives_every_allocation_its_category(kept_runs):
+    run = kept_runs["forward"].run_dir
+    categories = load_memory_categories(run)
+    lives = allocation_lives(load_memory(run), load_run(run, cache=False).events, categories)
+    assert (lives["category_from"] == "profiler").mean() > 0.99
+    line = lives["line"] == line_of(KEPT_IN["forward"])
+    kept = lives[line & lives["free_us"].isna()]
+    assert set(kept["category"]) == {"activation"}, "the profiler calls the kept copy so"
+
+
+def test_the_memory_timeline_beside_the_traces_is_not_read_as_a_trace(kept_runs):
+    run = load_run(kept_runs["forward"].run_dir, cache=False)
+    assert not run.skipped and sorted(run.events["rank"].unique()) == [0, 1]
