@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import allocation_lives, load_memory, load_memory_categories, load_run, memory_growth
+from helpers import (
+    allocation_lives,
+    compare_runs,
+    load_memory,
+    load_memory_categories,
+    load_run,
+    memory_growth,
+)
 from helpers.jobs import launch
 from helpers.report import build_report
 
@@ -23,12 +30,14 @@ def line_of(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def kept_runs(tmp_path_factory):
-    """Two runs of 2 ranks: rank 1 keeps 1 MiB a step in the forward (with the profiler's memory
-    timeline written beside the traces), rank 0 keeps 0.5 MiB a step in the loss."""
+    """Three runs of 2 ranks: rank 1 keeps 1 MiB a step in the forward (with the profiler's
+    memory timeline written beside the traces), rank 0 keeps 0.5 MiB a step in the loss, and
+    the job keeps nothing (the fix)."""
     root = tmp_path_factory.mktemp("memory")
     cases = {
         "forward": ["--keep-rank", "1", "--keep-mib", "1", "--keep-in", "forward", "--timeline"],
         "loss": ["--keep-rank", "0", "--keep-mib", "0.5", "--keep-in", "loss"],
+        "fixed": [],
     }
     return {
         name: launch(JOB, 2, experiment=name, args=args, echo=False, traces_root=root, timeout=180)
@@ -73,3 +82,12 @@ def test_the_profilers_timeline_gives_every_allocation_its_category(kept_runs):
 def test_the_memory_timeline_beside_the_traces_is_not_read_as_a_trace(kept_runs):
     run = load_run(kept_runs["forward"].run_dir, cache=False)
     assert not run.skipped and sorted(run.events["rank"].unique()) == [0, 1]
+
+
+def test_comparing_the_fix_says_the_peak_fell_and_the_growth_stopped(kept_runs):
+    compared = compare_runs(kept_runs["forward"].run_dir, kept_runs["fixed"].run_dir)
+    rank1 = compared.memory.set_index("rank").loc[1]
+    assert rank1["verdict"] == "lower" and rank1["grows_before"] > 0 == rank1["grows_after"]
+    assert compared.memory.set_index("rank").loc[0, "verdict"] == "same"
+    assert "Rank 1: its peak went from" in compared.verdict
+    assert "its growth stopped (1.00 MiB a step before, none after)" in compared.verdict

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REAL_TRACES, complete_event, trace_doc, write_doc
 from helpers import RUN_NOISE, compare_runs, load_run, step_shift, what_if, within_noise
-from helpers.analysis.compare import _mann_whitney_k
+from helpers.analysis.shift import _mann_whitney_k
 from helpers.jobs.recorded import RECORDINGS_ROOT
 from helpers.report.__main__ import main
 from helpers.report.compare import are_two_runs

@@ -33,6 +33,7 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``path`` (a package): what held each step (the chain of work across the ranks that decided
   when it ended) and what shortening some of it would buy (a what-if, by re-timing the run's
   dependency graph); and the same path for a run too large to load whole.
+- ``shift``: how far one sample moved from another, with its interval (:func:`step_shift`).
 - ``compare``: two runs side by side (did a change work, by how much beyond the steps' noise,
   where on the critical path, which ops; a what-if against the second run).
 - ``rank_by_rank``: a run too large to load whole, summarised one rank at a time
@@ -59,7 +60,16 @@ from .compare import RUN_NOISE, RunComparison, compare_runs, step_shift, within_
 from .fsdp import ROOT_UNIT, fsdp_collectives, fsdp_phases
 from .gpu import gpu_idle_time
 from .intervals import busy_ms, busy_ms_per_group, merge_intervals
-from .memory import alive_at_peak, memory_growth, memory_over_time, memory_peaks, peak_moments
+from .memory import (
+    alive_at_peak,
+    compare_memory,
+    memory_growth,
+    memory_over_time,
+    memory_peaks,
+    memory_verdict,
+    peak_moments,
+    step_peaks,
+)
 from .overhead import profiling_cost
 from .overlap import communication_overlap
 from .path import (
@@ -113,6 +123,9 @@ __all__ = [
     "peak_moments",
     "alive_at_peak",
     "memory_growth",
+    "step_peaks",
+    "compare_memory",
+    "memory_verdict",
     "allocation_lives",
     "freed_before_trace",
     "clock_offsets",

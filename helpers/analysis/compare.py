@@ -25,25 +25,23 @@ runs of one unchanged job differed by here (``benchmarks/compare_cases.py``).
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
-from ..traces import load_run
+from ..traces import TraceError, load_memory, load_run
 from ..traces.kinds import event_names
+from .memory import compare_memory, memory_verdict
 from .path import critical_path, step_windows
 from .path.walk import kind_said, named_for_fixing
+from .shift import step_shift
 from .steps import step_times
 
 __all__ = ["RunComparison", "compare_runs", "step_shift", "within_noise", "RUN_NOISE"]
 
-#: The share of runs in which a run's interval may miss the true shift: 0.05 is a 95 % interval.
-ALPHA = 0.05
 #: What two runs of one unchanged job differ by as wholes, as a share of the step. Set from lesson
 #: 3's DDP job on the 2-core machine (benchmarks/compare_cases.py, 2026-11-29; steps of about 90
 #: ms): in 20 pairs the steps' interval alone missed 0 three times, by 2.4, 3.0 and 12.1 ms (the
@@ -70,7 +68,10 @@ class RunComparison:
     the prediction's ``miss_ms`` and ``miss_pct`` against the run, the run's own steps
     (``steps_low_ms`` to ``steps_high_ms``) and whether they cover the prediction
     (``covered``: within the noise of the run), with the interval of their difference and the
-    same ``noise_ms`` (None without one). ``cautions``: what does not line up. ``verdict``: one sentence."""
+    same ``noise_ms`` (None without one). ``cautions``: what does not line up. ``verdict``: one sentence.
+    ``memory``: where both runs were given as folders of traces with ``[memory]`` events,
+    :func:`helpers.compare_memory`'s table (did the peak fall, did growth stop), and the verdict
+    says it; None otherwise."""
 
     steps: pd.DataFrame
     held: pd.DataFrame
@@ -78,64 +79,7 @@ class RunComparison:
     prediction: pd.DataFrame | None
     cautions: list[str] = field(default_factory=list)
     verdict: str = ""
-
-
-def step_shift(
-    before: np.ndarray, after: np.ndarray, alpha: float = ALPHA
-) -> tuple[float, float, float]:
-    """How far ``after``'s values moved from ``before``'s: ``(shift, low, high)``.
-
-    ``shift`` is the median of the differences of every value of ``after`` against every value
-    of ``before`` (the Hodges-Lehmann estimate); ``low`` and ``high`` are the k-th smallest and
-    largest of those differences, with k the largest count that the Mann-Whitney statistic of
-    two samples from one distribution stays below with probability at most ``alpha / 2``: an
-    interval that holds the true shift in at least ``1 - alpha`` of runs whose values vary
-    independently around their run's level. Raises ValueError with fewer than 2 values in
-    either, or when no interval of that confidence exists for so few (at 95 %: 4 and 4 at
-    least, or 3 and 5, or 2 and 8)."""
-    before = np.asarray(before, dtype=float)
-    after = np.asarray(after, dtype=float)
-    n, m = len(before), len(after)
-    if n < 2 or m < 2:
-        raise ValueError(
-            f"a shift needs at least 2 steps in each run ({n} before, {m} after): profile more "
-            "steps (the profiler's schedule: active=...)"
-        )
-    differences = np.sort(np.subtract.outer(after, before).ravel())
-    k = _mann_whitney_k(n, m, alpha)
-    if k < 1:
-        raise ValueError(
-            f"{n} and {m} steps are too few for a {1 - alpha:.0%} interval: profile more steps"
-        )
-    return float(np.median(differences)), float(differences[k - 1]), float(differences[-k])
-
-
-def _mann_whitney_k(n: int, m: int, alpha: float) -> int:
-    """The largest k with P(U < k) <= alpha / 2, U the Mann-Whitney count of two samples of
-    sizes ``n`` and ``m`` from one continuous distribution (exact up to 2,500 pairs, else the
-    normal approximation)."""
-    if n * m > 2500:
-        z = NormalDist().inv_cdf(1 - alpha / 2)
-        return max(0, math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12)))
-    below = np.cumsum(_mann_whitney_distribution(n, m))  # P(U <= u)
-    return int(np.searchsorted(below, alpha / 2 + 1e-12, side="right"))
-
-
-def _mann_whitney_distribution(n: int, m: int) -> np.ndarray:
-    """P(U = u) for u = 0..n*m: the recurrence p(i, j, u) = i/(i+j) p(i-1, j, u-j) +
-    j/(i+j) p(i, j-1, u) (the last of the i+j values is one of the first sample's, above the j
-    of the second, or one of the second's)."""
-    rows = [np.ones(1) for _ in range(m + 1)]  # p(0, j, .): U = 0
-    for i in range(1, n + 1):
-        current = [np.zeros(1)] * (m + 1)
-        current[0] = np.ones(1)  # p(i, 0, .): U = 0
-        for j in range(1, m + 1):
-            p = np.zeros(i * j + 1)
-            p[j : j + len(rows[j])] += i / (i + j) * rows[j]
-            p[: len(current[j - 1])] += j / (i + j) * current[j - 1]
-            current[j] = p
-        rows = current
-    return rows[m]
+    memory: pd.DataFrame | None = None
 
 
 def compare_runs(
@@ -177,7 +121,22 @@ def compare_runs(
     if prediction is not None:  # the runs' noise, on the scale of the run it is set beside
         predicted = _prediction_table(prediction, runs[1], run_noise * float(walls[1].median()))
     cautions = _cautions(runs, walls)
-    return RunComparison(steps, held, ops, predicted, cautions, _verdict(steps, held, predicted))
+    verdict = _verdict(steps, held, predicted)
+    memory = _memory_compared((before, after), runs)
+    if memory is not None:
+        verdict += " " + memory_verdict(memory)
+    return RunComparison(steps, held, ops, predicted, cautions, verdict, memory)
+
+
+def _memory_compared(sources: tuple, runs: list[pd.DataFrame]) -> pd.DataFrame | None:
+    """:func:`compare_memory` of two runs given as folders whose traces hold memory events."""
+    if not all(isinstance(s, (str, Path)) for s in sources):
+        return None
+    try:
+        memory = [load_memory(source) for source in sources]
+    except TraceError:  # no [memory] events: nothing to say of memory
+        return None
+    return compare_memory((memory[0], runs[0]), (memory[1], runs[1]))
 
 
 def _events_of(run: pd.DataFrame | str | Path, label: str) -> pd.DataFrame:

@@ -11,7 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["memory_over_time", "memory_peaks", "peak_moments", "alive_at_peak", "memory_growth"]
+from .allocations import allocation_lives
+from .shift import step_shift
+
+__all__ = [
+    "memory_over_time", "memory_peaks", "peak_moments", "alive_at_peak", "memory_growth",
+    "step_peaks", "compare_memory", "memory_verdict",
+]  # fmt: skip
 
 MIB = 2**20
 
@@ -106,3 +112,74 @@ def memory_growth(lives: pd.DataFrame, min_mib: float = 0.01) -> pd.DataFrame:
                          of_line["bytes"].sum() / MIB, op))  # fmt: skip
     table = pd.DataFrame(rows, columns=columns)
     return table.sort_values("kept_mib", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def step_peaks(memory: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """The most in use in each profiler step, per rank and device (counted from the trace's
+    start, as :func:`memory_over_time`): ``rank, device, step, peak_mib``."""
+    over = memory_over_time(memory)
+    steps = events[(events["kind"] == "step").to_numpy()]
+    parts = []
+    for rank, mine in over.groupby("rank", sort=True):
+        own = steps[(steps["rank"] == rank).to_numpy()].sort_values("start_us")
+        at = np.searchsorted(own["start_us"].to_numpy(), mine["time_us"].to_numpy(), "right") - 1
+        ends = own["end_us"].to_numpy()
+        inside = (at >= 0) & (mine["time_us"].to_numpy() < ends[np.maximum(at, 0)] if len(own) else False)  # fmt: skip
+        number = own["name"].str.extract(r"#(\d+)$")[0].astype(float).to_numpy()
+        parts.append(mine[inside].assign(step=number[at[inside]]))
+    within = pd.concat(parts) if parts else over.assign(step=np.nan)
+    table = within.groupby(["rank", "device", "step"])["mib"].max().rename("peak_mib")
+    return table.reset_index()
+
+
+def compare_memory(
+    before: tuple[pd.DataFrame, pd.DataFrame], after: tuple[pd.DataFrame, pd.DataFrame]
+) -> pd.DataFrame:
+    """Two runs' memory side by side, per rank and device: did a change lower the peak, or stop
+    memory growing. ``before`` and ``after``: each run's ``(memory, events)``.
+
+    Returns ``peak_before, peak_after`` (MiB, the most in use in the run), ``shift_mib``,
+    ``low_mib``, ``high_mib`` (how far the steps' own peaks moved, with the interval of
+    :func:`helpers.step_shift`; NaN with too few steps), ``grows_before, grows_after`` (MiB a
+    step, :func:`memory_growth`) and ``verdict``: ``lower``, ``higher`` (beyond the steps'
+    noise) or ``same``.
+    """
+    sides = []
+    for memory, events in (before, after):
+        growth = memory_growth(allocation_lives(memory, events))
+        grows = growth.groupby(["rank", "device"])["mib_per_step"].sum()
+        sides.append((step_peaks(memory, events), grows))
+    rows = []
+    keys = sorted(set(map(tuple, sides[0][0][["rank", "device"]].to_numpy())) & set(map(tuple, sides[1][0][["rank", "device"]].to_numpy())))  # fmt: skip
+    for rank, device in keys:
+        peaks = [p[(p["rank"] == rank) & (p["device"] == device)]["peak_mib"].to_numpy() for p, _ in sides]  # fmt: skip
+        try:
+            shift, low, high = step_shift(peaks[0], peaks[1])
+        except ValueError:
+            shift, low, high = float(np.median(peaks[1]) - np.median(peaks[0])), np.nan, np.nan
+        verdict = "lower" if high < 0 else "higher" if low > 0 else "same"
+        grows = [float(g.get((rank, device), 0.0)) for _, g in sides]
+        rows.append((rank, device, peaks[0].max(), peaks[1].max(), shift, low, high, *grows, verdict))  # fmt: skip
+    columns = ["rank", "device", "peak_before", "peak_after", "shift_mib", "low_mib", "high_mib", "grows_before", "grows_after", "verdict"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def memory_verdict(table: pd.DataFrame) -> str:
+    """One sentence per rank of :func:`compare_memory`'s table that changed: the peak lowered or
+    raised beyond the steps' noise, growth stopped or started; or that none changed."""
+    said = []
+    for r in table.itertuples():
+        parts = []
+        if r.verdict != "same":
+            parts.append(
+                f"its peak went from {r.peak_before:.1f} to {r.peak_after:.1f} MiB, "
+                f"{'lower' if r.verdict == 'lower' else 'higher'} beyond the steps' noise "
+                f"(their peaks moved {r.shift_mib:+.1f} MiB, {r.low_mib:+.1f} to {r.high_mib:+.1f})"
+            )
+        if r.grows_before > 0 and r.grows_after == 0:
+            parts.append(f"its growth stopped ({r.grows_before:.2f} MiB a step before, none after)")
+        elif r.grows_after > 0:
+            parts.append(f"it grows {r.grows_after:.2f} MiB a step after ({r.grows_before:.2f} before)")  # fmt: skip
+        if parts:
+            said.append(f"Rank {r.rank}{'' if r.device == 'cpu' else ' on ' + r.device}: " + "; ".join(parts) + ".")  # fmt: skip
+    return " ".join(said) or "Memory: no rank's peak moved beyond its steps' noise, and none grows."
