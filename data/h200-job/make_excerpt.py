@@ -19,43 +19,27 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from excerpt import excerpt, step_window, write_excerpt  # noqa: E402 (data/excerpt.py)
+
 STEPS = {5, 6, 7}
 ARGS = {"correlation", "External id", "stream", "device", "context", "cuda_sync_kind",
         "wait_on_stream", "wait_on_cuda_event_record_corr_id", "wait_on_cuda_event_id",
         "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
         "Process Group Name", "Process Group Ranks", "Seq"}  # fmt: skip
-HEADER = ("schemaVersion", "distributedInfo", "baseTimeNanoseconds", "deviceProperties")
 
 
-def excerpt(source: Path, target: Path) -> None:
+def excerpt_of(source: Path, target: Path) -> None:
     doc = json.loads(gzip.decompress(source.read_bytes()))
-    events = doc["traceEvents"]
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events
-             if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
-             and int(e["name"].split("#")[1]) in STEPS]  # fmt: skip
-    lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
-    calls = {e["args"]["correlation"] for e in events
-             if e.get("cat") == "cuda_runtime" and lo <= e["ts"] < hi}  # fmt: skip
-    kept = []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        args = e.get("args", {})
-        launched = args.get("correlation") in calls and e.get("cat") != "cuda_runtime"
-        if lo <= e["ts"] < hi or launched:
-            kept.append(dict(e, args={k: v for k, v in args.items() if k in ARGS}))
-    meta = [e for e in events if e.get("ph") == "M"]
-    out = {k: doc[k] for k in HEADER if k in doc}
-    out["traceEvents"] = kept + meta
-    target.write_bytes(gzip.compress(json.dumps(out, separators=(",", ":")).encode(), mtime=0))
-    print(f"{target.parent.name}/{target.name}: {len(kept)} events, {target.stat().st_size / 1e3:.0f} kB")  # fmt: skip
+    lo, hi = step_window([doc], STEPS)
+    write_excerpt(excerpt(doc, lo, hi, ARGS, STEPS), target)
 
 
 def main(source: Path) -> None:
     for run in ("base-1", "gpuslow-1"):
         (HERE / run).mkdir(exist_ok=True)
         for rank in (0, 1):
-            excerpt(source / run / f"rank{rank}.json.gz", HERE / run / f"rank{rank}.json.gz")
+            excerpt_of(source / run / f"rank{rank}.json.gz", HERE / run / f"rank{rank}.json.gz")
         walls = (source / run / "step_walls.csv").read_text()
         (HERE / run / "step_walls.csv").write_text(walls)
 

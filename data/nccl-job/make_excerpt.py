@@ -20,46 +20,21 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from excerpt import excerpt, step_window, write_excerpt  # noqa: E402 (data/excerpt.py)
+
 STEP = 4
 ARGS = {"correlation", "External id", "stream", "device", "context", "Collective name",
         "In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Name",
         "Process Group Ranks", "Seq"}  # fmt: skip
-HEADER = ("schemaVersion", "distributedInfo", "baseTimeNanoseconds", "deviceProperties")
-
-
-def window(docs: list[dict]) -> tuple[float, float]:
-    """From the first rank's start of the step to the last rank's end of it."""
-    spans = [(e["ts"], e["ts"] + e["dur"]) for doc in docs for e in doc["traceEvents"]
-             if e.get("name") == f"ProfilerStep#{STEP}" and e.get("cat") == "user_annotation"]  # fmt: skip
-    return min(s for s, _ in spans), max(e for _, e in spans)
-
-
-def excerpt(doc: dict, lo: float, hi: float) -> dict:
-    events = doc["traceEvents"]
-    calls = {e["args"]["correlation"] for e in events
-             if e.get("cat") == "cuda_runtime" and lo <= e["ts"] < hi}  # fmt: skip
-    kept = []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        args = e.get("args", {})
-        launched = args.get("correlation") in calls and e.get("cat") != "cuda_runtime"
-        another_step = e.get("name", "").startswith("ProfilerStep#") and e["name"] != f"ProfilerStep#{STEP}"  # fmt: skip
-        if (lo <= e["ts"] < hi or launched) and not another_step:
-            kept.append(dict(e, args={k: v for k, v in args.items() if k in ARGS}))
-    out = {k: doc[k] for k in HEADER if k in doc}
-    out["traceEvents"] = kept + [e for e in events if e.get("ph") == "M"]
-    return out
 
 
 def main(source: Path) -> None:
     docs = [json.loads(gzip.decompress(f.read_bytes())) for f in sorted(source.glob("*.json.gz"))]
-    lo, hi = window(docs)
+    lo, hi = step_window(docs, {STEP})
     for doc in docs:
         target = HERE / f"rank{doc['distributedInfo']['rank']}.json.gz"
-        out = excerpt(doc, lo, hi)
-        target.write_bytes(gzip.compress(json.dumps(out, separators=(",", ":")).encode(), mtime=0))
-        print(f"{target.name}: {len(out['traceEvents'])} events, {target.stat().st_size / 1e3:.0f} kB")  # fmt: skip
+        write_excerpt(excerpt(doc, lo, hi, ARGS, {STEP}), target)
 
 
 if __name__ == "__main__":
