@@ -15,7 +15,7 @@ from helpers import (
     memory_growth,
 )
 from helpers.jobs import launch
-from helpers.report import build_report
+from helpers.report import build_comparison, build_report
 
 JOB = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_job.py"
 KEPT_IN = {"forward": "x.detach().flatten()", "loss": "output.detach().flatten()"}
@@ -91,3 +91,11 @@ def test_comparing_the_fix_says_the_peak_fell_and_the_growth_stopped(kept_runs):
     assert compared.memory.set_index("rank").loc[0, "verdict"] == "same"
     assert "Rank 1: its peak went from" in compared.verdict
     assert "its growth stopped (1.00 MiB a step before, none after)" in compared.verdict
+
+
+def test_the_report_of_two_runs_says_the_peak_fell_and_the_growth_stopped(kept_runs):
+    report = build_comparison(kept_runs["forward"].run_dir, kept_runs["fixed"].run_dir)
+    (section,) = [s for s in report.sections if s.title.startswith("Memory")]
+    assert (
+        section.text.startswith("Rank 1: its peak went from") and "growth stopped" in section.text
+    )

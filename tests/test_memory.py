@@ -231,3 +231,18 @@ def test_a_memory_timeline_that_is_not_one_is_refused_by_name(tmp_path):
     with pytest.raises(TraceError, match="not a memory timeline") as err:
         load_memory_categories(tmp_path)
     assert "rank0.raw.json.gz" in str(err.value)
+
+
+def test_the_report_says_what_a_gpus_caching_allocator_held_beyond_what_was_allocated(
+    kineto, write, tmp_path
+):
+    doc = kineto(0, steps=1)
+    doc["traceEvents"] += [memory_event(100.0, 4 * MIB, 4 * MIB, 1, 0, reserved=20 * MIB),
+                           memory_event(200.0, -4 * MIB, 0, 1, 0, reserved=20 * MIB)]  # fmt: skip
+    report = build_report([write(tmp_path / "rank0.json", doc)])
+    (section,) = [s for s in report.sections if s.title == "Where the memory went"]
+    assert "Rank 0 peaked highest: 4.0 MiB" in section.text
+    assert (
+        "not allocated at each GPU peak (its cache, and fragmentation): rank 0 16.0 MiB"
+        in section.text
+    )

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..traces import TraceError, load_memory, load_run
+from ..traces import load_run
 from ..traces.kinds import event_names
-from .memory import compare_memory, memory_verdict
+from .memory import memory_of_runs, memory_verdict
 from .path import critical_path, step_windows
 from .path.walk import kind_said, named_for_fixing
 from .shift import step_shift
@@ -122,21 +122,10 @@ def compare_runs(
         predicted = _prediction_table(prediction, runs[1], run_noise * float(walls[1].median()))
     cautions = _cautions(runs, walls)
     verdict = _verdict(steps, held, predicted)
-    memory = _memory_compared((before, after), runs)
+    memory = memory_of_runs((before, after), runs)
     if memory is not None:
         verdict += " " + memory_verdict(memory)
     return RunComparison(steps, held, ops, predicted, cautions, verdict, memory)
-
-
-def _memory_compared(sources: tuple, runs: list[pd.DataFrame]) -> pd.DataFrame | None:
-    """:func:`compare_memory` of two runs given as folders whose traces hold memory events."""
-    if not all(isinstance(s, (str, Path)) for s in sources):
-        return None
-    try:
-        memory = [load_memory(source) for source in sources]
-    except TraceError:  # no [memory] events: nothing to say of memory
-        return None
-    return compare_memory((memory[0], runs[0]), (memory[1], runs[1]))
 
 
 def _events_of(run: pd.DataFrame | str | Path, label: str) -> pd.DataFrame:

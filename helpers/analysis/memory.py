@@ -8,15 +8,18 @@ before the first recorded event is zero, and the curve shows what the step added
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
+from ..traces import TraceError, load_memory
 from .allocations import allocation_lives
 from .shift import step_shift
 
 __all__ = [
     "memory_over_time", "memory_peaks", "peak_moments", "alive_at_peak", "memory_growth",
-    "step_peaks", "compare_memory", "memory_verdict",
+    "step_peaks", "compare_memory", "memory_of_runs", "memory_verdict",
 ]  # fmt: skip
 
 MIB = 2**20
@@ -162,6 +165,19 @@ def compare_memory(
         rows.append((rank, device, peaks[0].max(), peaks[1].max(), shift, low, high, *grows, verdict))  # fmt: skip
     columns = ["rank", "device", "peak_before", "peak_after", "shift_mib", "low_mib", "high_mib", "grows_before", "grows_after", "verdict"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def memory_of_runs(sources: tuple, events: list[pd.DataFrame]) -> pd.DataFrame | None:
+    """:func:`compare_memory` of two runs given as ``sources`` (their folders, or RunRecords)
+    and their ``events``; None where either is given as events alone or holds no memory
+    events."""
+    if not all(isinstance(s, (str, os.PathLike)) or hasattr(s, "run_dir") for s in sources):
+        return None
+    try:
+        memory = [load_memory(source) for source in sources]
+    except TraceError:  # no [memory] events: nothing to say of memory
+        return None
+    return compare_memory((memory[0], events[0]), (memory[1], events[1]))
 
 
 def memory_verdict(table: pd.DataFrame) -> str:

@@ -12,7 +12,8 @@ Python:
   straggler; time per kind; the GPU; a sharded job's phases; where the memory went). A
   section shows itself in a notebook.
 - :func:`build_comparison`: two runs compared (did the change work, by how much beyond the
-  steps' noise, where on the critical path; :func:`helpers.compare_runs`).
+  steps' noise, where on the critical path, did a rank's memory peak fall or its growth stop;
+  :func:`helpers.compare_runs`).
 - :func:`write_report` writes it as HTML; :func:`report_html` gives the HTML.
 - :class:`ReportError`: bad input, said with the file and what to do.
 

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..analysis import compare_runs
+from ..analysis import compare_runs, memory_of_runs, memory_verdict
 from ..drawing import plot_run_comparison, run_comparison_alt
 from ..jobs.runs import show_path
 from ..traces import TraceError, load_run, rank_in_name
@@ -19,6 +19,7 @@ __all__ = ["build_comparison", "are_two_runs"]
 VERDICT = "Did the change work"
 WHERE = "Where the change came from"
 OPS = "Ops and kernels that came, went or changed"
+MEMORY = "Memory: did the peak fall, did growth stop"
 NOT_SHARED = "What the runs do not share, and files left out"
 #: The rows of the tables shown (the largest changes).
 ROWS = 15
@@ -36,7 +37,8 @@ def are_two_runs(paths: Sequence[str | Path]) -> bool:
 def build_comparison(before: str | Path, after: str | Path) -> Report:
     """The report of two runs of a job compared: the verdict with the steps' shift and its
     interval, and a figure of what moved on the critical path; the path's change per rank, kind
-    and op; the ops and kernels added, removed or changed; what does not line up.
+    and op; the ops and kernels added, removed or changed; each rank's memory peak and growth,
+    where the traces hold memory events; what does not line up.
 
     Raises:
         ReportError: a folder that is no run (no traces, no steps), said with the folder.
@@ -79,6 +81,9 @@ def build_comparison(before: str | Path, after: str | Path) -> Report:
             compared.ops[compared.ops["status"] != "same"].head(ROWS).round(2),
         ),
     ]
+    memory = memory_of_runs((before, after), runs)
+    if memory is not None:
+        sections.append(Section(MEMORY, memory_verdict(memory), memory.set_index(["rank", "device"]).round(2)))  # fmt: skip
     left_out = [f"{path} was left out: {why}" for path, why in skipped]
     if compared.cautions or left_out:
         said = "\n".join(f"- {c}" for c in [*compared.cautions, *left_out])
