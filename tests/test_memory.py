@@ -246,3 +246,15 @@ def test_the_report_says_what_a_gpus_caching_allocator_held_beyond_what_was_allo
         "not allocated at each GPU peak (its cache, and fragmentation): rank 0 16.0 MiB"
         in section.text
     )
+
+
+def test_memory_in_a_trace_without_profiler_steps_is_read_outside_steps(kineto, write, tmp_path):
+    doc = kineto(0, steps=1)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    doc["traceEvents"] += [at(100.0, 65536, 20), at(200.0, 4096, 21), at(300.0, -4096, 21)]
+    path = write(tmp_path / "rank0.json", doc)
+    lives = allocation_lives(load_memory(path), load_trace(path).events)
+    assert set(lives["phase"]) == {"outside steps"} and lives["step"].isna().all()
+    report = build_report([path])
+    (section,) = [s for s in report.sections if s.title == "Where the memory went"]
+    assert "Rank 0 peaked highest: 0.1 MiB" in section.text and not report.failed

@@ -29,7 +29,7 @@ import pandas as pd
 
 from .path.lanes import last_open
 
-__all__ = ["allocation_lives", "freed_before_trace", "CATEGORIES", "LIFE_COLUMNS"]
+__all__ = ["allocation_lives", "freed_before_trace", "step_at", "CATEGORIES", "LIFE_COLUMNS"]
 
 #: The profiler's categories (``torch.profiler._memory_profiler.Category``), as named here.
 CATEGORIES = (
@@ -131,11 +131,8 @@ def _paired(memory: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _placed(lives: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     """One rank's allocations with their ``step``, ``phase``, ``op`` and ``line``."""
-    steps = events[(events["kind"] == "step").to_numpy()].sort_values("start_us")
-    at = np.searchsorted(steps["start_us"].to_numpy(), lives["alloc_us"].to_numpy(), "right") - 1
-    inside = (at >= 0) & (lives["alloc_us"].to_numpy() < steps["end_us"].to_numpy()[np.maximum(at, 0)])  # fmt: skip
-    number = steps["name"].str.extract(r"#(\d+)$")[0].astype(float).to_numpy()
-    step = np.where(inside, number[np.maximum(at, 0)] if len(number) else np.nan, np.nan)
+    step = step_at(events, lives["alloc_us"].to_numpy())
+    inside = ~np.isnan(step)
     phase = np.where(inside, "forward", "outside steps").astype(object)
     op = np.full(len(lives), None, dtype=object)
     line = np.full(len(lives), None, dtype=object)
@@ -149,6 +146,18 @@ def _placed(lives: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
         phase[mine] = np.where(phase_here == "", phase[mine], phase_here)
         line[mine] = _user_line(on_thread[python], moments)
     return lives.assign(step=step, phase=phase, op=op, line=line)
+
+
+def step_at(events: pd.DataFrame, moments: np.ndarray) -> np.ndarray:
+    """The profiler step (``ProfilerStep#N``'s N) that each of ``moments`` falls in, among one
+    rank's ``events``; NaN outside every step."""
+    steps = events[(events["kind"] == "step").to_numpy()].sort_values("start_us")
+    if steps.empty:
+        return np.full(len(moments), np.nan)
+    at = np.searchsorted(steps["start_us"].to_numpy(), moments, side="right") - 1
+    inside = (at >= 0) & (moments < steps["end_us"].to_numpy()[np.maximum(at, 0)])
+    number = steps["step"].astype(float).to_numpy()
+    return np.where(inside, number[np.maximum(at, 0)], np.nan)
 
 
 def _chains(frame: pd.DataFrame, moments: np.ndarray) -> tuple[pd.DataFrame, list[np.ndarray]]:
@@ -217,8 +226,7 @@ def _is_users(site: str) -> bool:
 def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
     """Each allocation's category inferred from its phase and life (the module says how)."""
     steps = events[(events["kind"] == "step").to_numpy()]
-    ends = steps.assign(step=steps["name"].str.extract(r"#(\d+)$")[0].astype(float))
-    ends = ends.groupby(["rank", "step"])["end_us"].max()
+    ends = steps.assign(step=steps["step"].astype(float)).groupby(["rank", "step"])["end_us"].max()
     backward = events[events["name"].astype(str).str.startswith(_BACKWARD).to_numpy()]
     first_backward = (
         backward.assign(step=backward["step"].astype(float)).groupby(["rank", "step"])["start_us"].min()

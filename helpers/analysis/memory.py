@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..traces import TraceError, load_memory
-from .allocations import allocation_lives
+from .allocations import allocation_lives, step_at
 from .shift import step_shift
 
 __all__ = [
@@ -121,15 +121,10 @@ def step_peaks(memory: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     """The most in use in each profiler step, per rank and device (counted from the trace's
     start, as :func:`memory_over_time`): ``rank, device, step, peak_mib``."""
     over = memory_over_time(memory)
-    steps = events[(events["kind"] == "step").to_numpy()]
     parts = []
     for rank, mine in over.groupby("rank", sort=True):
-        own = steps[(steps["rank"] == rank).to_numpy()].sort_values("start_us")
-        at = np.searchsorted(own["start_us"].to_numpy(), mine["time_us"].to_numpy(), "right") - 1
-        ends = own["end_us"].to_numpy()
-        inside = (at >= 0) & (mine["time_us"].to_numpy() < ends[np.maximum(at, 0)] if len(own) else False)  # fmt: skip
-        number = own["name"].str.extract(r"#(\d+)$")[0].astype(float).to_numpy()
-        parts.append(mine[inside].assign(step=number[at[inside]]))
+        step = step_at(events[(events["rank"] == rank).to_numpy()], mine["time_us"].to_numpy())
+        parts.append(mine.assign(step=step)[~np.isnan(step)])
     within = pd.concat(parts) if parts else over.assign(step=np.nan)
     table = within.groupby(["rank", "device", "step"])["mib"].max().rename("peak_mib")
     return table.reset_index()
