@@ -15,6 +15,7 @@ from helpers import (
     TraceError,
     allocation_lives,
     build_report,
+    compare_memory,
     freed_before_trace,
     load_memory,
     load_memory_categories,
@@ -258,3 +259,30 @@ def test_memory_in_a_trace_without_profiler_steps_is_read_outside_steps(kineto, 
     report = build_report([path])
     (section,) = [s for s in report.sections if s.title == "Where the memory went"]
     assert "Rank 0 peaked highest: 0.1 MiB" in section.text and not report.failed
+
+
+def run_with_extra(kineto, write, folder, extra_bytes):
+    """Rank 0 over 4 steps, each allocating 1 MiB and ``extra_bytes`` more beside it, freed."""
+    doc = kineto(0, steps=4)
+    for i in range(4):
+        t = i * 1000.0
+        doc["traceEvents"] += [at(t + 10, MIB, 10 + i, MIB), at(t + 50, -MIB, 10 + i, 0)]
+        if extra_bytes:
+            doc["traceEvents"] += [at(t + 20, extra_bytes, 30 + i, MIB + extra_bytes),
+                                   at(t + 40, -extra_bytes, 30 + i, MIB)]  # fmt: skip
+    path = write(folder / "rank0.json", doc)
+    return load_memory(path), load_trace(path).events
+
+
+@pytest.mark.parametrize(
+    "extra_bytes, verdict",
+    [(0, "same"), (8, "same"), (MIB // 2, "higher")],
+    ids=["unchanged", "a-few-bytes-more-is-noise", "half-a-MiB-more-is-higher"],
+)
+def test_a_peak_is_called_changed_only_beyond_the_noise_between_runs(
+    kineto, write, tmp_path, extra_bytes, verdict
+):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    before = run_with_extra(kineto, write, tmp_path / "a", 0)
+    after = run_with_extra(kineto, write, tmp_path / "b", extra_bytes)
+    assert compare_memory(before, after).loc[0, "verdict"] == verdict

@@ -120,12 +120,9 @@ def compare_runs(
     predicted = None
     if prediction is not None:  # the runs' noise, on the scale of the run it is set beside
         predicted = _prediction_table(prediction, runs[1], run_noise * float(walls[1].median()))
-    cautions = _cautions(runs, walls)
-    verdict = _verdict(steps, held, predicted)
     memory = memory_of_runs((before, after), runs)
-    if memory is not None:
-        verdict += " " + memory_verdict(memory)
-    return RunComparison(steps, held, ops, predicted, cautions, verdict, memory)
+    verdict = _verdict(steps, held, predicted, memory)
+    return RunComparison(steps, held, ops, predicted, _cautions(runs, walls), verdict, memory)
 
 
 def _events_of(run: pd.DataFrame | str | Path, label: str) -> pd.DataFrame:
@@ -253,9 +250,14 @@ def _cautions(runs: list[pd.DataFrame], walls: list[pd.Series]) -> list[str]:
     return said
 
 
-def _verdict(steps: pd.DataFrame, held: pd.DataFrame, prediction: pd.DataFrame | None) -> str:
-    """One sentence: the change in the step and its interval, where it came from, and how the
-    prediction did."""
+def _verdict(
+    steps: pd.DataFrame,
+    held: pd.DataFrame,
+    prediction: pd.DataFrame | None,
+    memory: pd.DataFrame | None = None,
+) -> str:
+    """One sentence: the change in the step and its interval, where it came from, how the
+    prediction did, and what became of each rank's memory (:func:`memory_verdict`)."""
     change = steps.loc["change"]
     before, after = steps.loc["before", "median_ms"], steps.loc["after", "median_ms"]
     interval = (
@@ -295,7 +297,7 @@ def _verdict(steps: pd.DataFrame, held: pd.DataFrame, prediction: pd.DataFrame |
                 else f"beyond the noise of the run ({steps})."
             )
         )
-    return said
+    return said if memory is None else f"{said} {memory_verdict(memory)}"
 
 
 def within_noise(row: pd.Series) -> bool:

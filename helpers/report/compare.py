@@ -35,10 +35,9 @@ def are_two_runs(paths: Sequence[str | Path]) -> bool:
 
 
 def build_comparison(before: str | Path, after: str | Path) -> Report:
-    """The report of two runs of a job compared: the verdict with the steps' shift and its
-    interval, and a figure of what moved on the critical path; the path's change per rank, kind
-    and op; the ops and kernels added, removed or changed; each rank's memory peak and growth,
-    where the traces hold memory events; what does not line up.
+    """Two runs of a job compared: the verdict with the steps' shift and its interval, and a
+    figure of what moved on the critical path; the path's change per rank, kind and op; the ops
+    and kernels that came, went or changed; each rank's memory peak and growth; what differs.
 
     Raises:
         ReportError: a folder that is no run (no traces, no steps), said with the folder.
@@ -81,9 +80,7 @@ def build_comparison(before: str | Path, after: str | Path) -> Report:
             compared.ops[compared.ops["status"] != "same"].head(ROWS).round(2),
         ),
     ]
-    memory = memory_of_runs((before, after), runs)
-    if memory is not None:
-        sections.append(Section(MEMORY, memory_verdict(memory), memory.set_index(["rank", "device"]).round(2)))  # fmt: skip
+    sections += _memory_sections((before, after), runs)
     left_out = [f"{path} was left out: {why}" for path, why in skipped]
     if compared.cautions or left_out:
         said = "\n".join(f"- {c}" for c in [*compared.cautions, *left_out])
@@ -97,3 +94,11 @@ def build_comparison(before: str | Path, after: str | Path) -> Report:
     ranks = sorted(set(runs[0]["rank"]) | set(runs[1]["rank"]))
     source = f"{show_path(Path(before))} against {show_path(Path(after))}"
     return Report(source, glance, sections, skipped, "whole", [int(r) for r in ranks])
+
+
+def _memory_sections(folders: tuple, runs: list) -> list[Section]:
+    """The section on each rank's memory peak and growth, where both runs hold memory events."""
+    memory = memory_of_runs(folders, runs)
+    if memory is None:
+        return []
+    return [Section(MEMORY, memory_verdict(memory), memory.set_index(["rank", "device"]).round(2))]
