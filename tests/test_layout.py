@@ -26,7 +26,7 @@ ROOMS = ["jobs", "traces", "analysis", "drawing", "hangs", "report", "live", "ex
 #: Rooms that are one module, run as a command, not imported by the lessons.
 COMMANDS = ("doctor", "rehearsal")
 #: Modules at the top of helpers/ that every room may import.
-SHARED = {"helpers._files"}
+SHARED = {"helpers._files", "helpers._plaindata"}
 
 #: The public names that lessons, solutions, tests, examples, benchmarks and the README
 #: imported from helpers or one of its modules when it was laid out by job (issue 28).

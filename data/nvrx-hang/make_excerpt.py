@@ -23,8 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from helpers.hangs._dumpreader import read_dump  # noqa: E402
-from helpers.hangs.flight_recorder import _bounds  # noqa: E402
+from helpers.hangs.flight_recorder import _bounds, read_dump  # noqa: E402
 
 CASE = "gpu_error_1st"
 ENTRY = ("record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id",

@@ -18,7 +18,7 @@ The kinds of event (how each is recognised, its colour) are the parser's, define
 - ``point_to_point``: each send paired with the receive that took its data (a pipeline's
   stages), from the peers and tags the trace records; how long each stage waited for the others.
 - ``memory``: memory in use over time from a starting point, its peaks, what was alive at
-  each peak, memory that grows step after step.
+  each peak, memory that grows step after step; where a CUDA snapshot's reserved memory went.
 - ``allocations``: each allocation's life (paired with its free), its op, line, step, phase
   and category; the frees of blocks allocated before the trace.
 - ``fsdp``: the phases of a sharded (FSDP2) step per unit and rank, from FSDP's annotations,
@@ -69,6 +69,7 @@ from .memory import (
     memory_peaks,
     memory_verdict,
     peak_moments,
+    snapshot_summary,
     step_peaks,
 )
 from .overhead import profiling_cost
@@ -128,6 +129,7 @@ __all__ = [
     "compare_memory",
     "memory_of_runs",
     "memory_verdict",
+    "snapshot_summary",
     "allocation_lives",
     "freed_before_trace",
     "clock_offsets",

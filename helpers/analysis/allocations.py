@@ -22,11 +22,10 @@ the step's end ``optimizer state``; anything else has none.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pandas as pd
 
+from ..traces.memory import in_learners_code
 from .path.lanes import last_open
 
 __all__ = ["allocation_lives", "freed_before_trace", "step_at", "CATEGORIES", "LIFE_COLUMNS"]
@@ -44,7 +43,6 @@ LIFE_COLUMNS = [
 ]  # fmt: skip
 
 _BACKWARD = "autograd::engine::evaluate_function"
-_LIBRARIES = ("torch", "torchvision", "numpy", "site-packages", "dist-packages", "<")
 
 
 def allocation_lives(
@@ -204,23 +202,15 @@ def _user_line(python: pd.DataFrame, moments: np.ndarray) -> np.ndarray:
     frame, levels = _chains(python, moments)
     sites = frame["call_from"].astype(object).where(frame["call_from"].notna(), "").astype(str)
     names = frame["name"].astype(str)
-    own = names.str.extract(r"^(.*)\(\d+\): ")[0].fillna("").map(lambda f: _is_users(f + ":0"))
-    own, called = own.to_numpy(), sites.map(_is_users).to_numpy()
+    own = (
+        names.str.extract(r"^(.*)\(\d+\): ")[0].fillna("").map(lambda f: in_learners_code(f + ":0"))
+    )
+    own, called = own.to_numpy(), sites.map(in_learners_code).to_numpy()
     answer = np.where(own, names.to_numpy(), sites.to_numpy())
     for level in reversed(levels):  # outermost first: the innermost call wins
         at = np.maximum(level, 0)
         line = np.where((level >= 0) & (own[at] | called[at]), answer[at], line)
     return line
-
-
-def _is_users(site: str) -> bool:
-    """Whether a ``file:line`` is in the learner's code: not torch, another library or a module
-    of Python's own (``threading.py``, ``concurrent/futures/...``)."""
-    path = site.rpartition(":")[0]
-    if not path or path.startswith(_LIBRARIES) or "site-packages/" in path:
-        return False
-    top = path.split("/", 1)[0].removesuffix(".py")
-    return top not in sys.stdlib_module_names
 
 
 def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:

@@ -20,6 +20,7 @@ from .shift import step_shift
 __all__ = [
     "memory_over_time", "memory_peaks", "peak_moments", "alive_at_peak", "memory_growth",
     "step_peaks", "compare_memory", "MEMORY_NOISE", "memory_of_runs", "memory_verdict",
+    "snapshot_summary",
 ]  # fmt: skip
 
 MIB = 2**20
@@ -201,3 +202,30 @@ def memory_verdict(table: pd.DataFrame) -> str:
         if parts:
             said.append(f"Rank {r.rank}{'' if r.device == 'cpu' else ' on ' + r.device}: " + "; ".join(parts) + ".")  # fmt: skip
     return " ".join(said) or "Memory: no rank's peak moved beyond its steps' noise, and none grows."
+
+
+def snapshot_summary(blocks: pd.DataFrame) -> pd.DataFrame:
+    """Per device of :func:`helpers.load_memory_snapshot`'s blocks, where its reserved memory
+    went: ``reserved_mib`` (all segments), ``allocated_mib`` (blocks in use by tensors),
+    ``rounding_mib`` (of those, beyond what the tensors asked for), ``awaiting_mib`` (freed,
+    waiting for another stream), ``cached_free_mib`` (free in the cache: reserved but unused),
+    ``largest_free_mib`` (the largest free block: an allocation larger than it needs a new
+    segment even when ``cached_free_mib`` would hold it, which is fragmentation), ``segments``.
+    """
+    rows = []
+    for device, mine in blocks.groupby("device", sort=True):
+        state, size = mine["state"], mine["bytes"]
+        used = state == "active_allocated"
+        free = size[state == "inactive"]
+        rows.append((
+            device,
+            mine.drop_duplicates("segment")["segment_bytes"].sum() / MIB,
+            size[used].sum() / MIB,
+            (size[used] - mine["requested"][used]).sum() / MIB,
+            size[state == "active_awaiting_free"].sum() / MIB,
+            free.sum() / MIB,
+            (free.max() if len(free) else 0) / MIB,
+            mine["segment"].nunique(),
+        ))  # fmt: skip
+    columns = ["device", "reserved_mib", "allocated_mib", "rounding_mib", "awaiting_mib", "cached_free_mib", "largest_free_mib", "segments"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)

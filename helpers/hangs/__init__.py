@@ -18,8 +18,8 @@ sequences of collectives part, group by group, and PyTorch's own analyser run on
   name them), so that the trace's collectives are matched within their own group.
 - ``stacks``: Python stacks as a table (:func:`load_stack_dumps` reads what a rank's
   ``faulthandler`` left in a file; :func:`lines_in_script`, where each rank is in a script).
-- private: ``_dumpreader``, the checked reader of a dump (a pickle): it refuses anything but
-  plain data, bounded in size, nesting and count, so a dump never runs code.
+A dump is read by the series' checked reader of plain data (``helpers._plaindata``): it
+refuses anything but plain data, bounded in size, nesting and count, so a dump never runs code.
 """
 
 from .analyser import AnalyserVerdict, analyse_with_pytorch, verdicts_compared

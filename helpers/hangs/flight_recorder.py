@@ -20,7 +20,7 @@ takes the prefix the files of a folder share, or ``prefix=``.
 A dump is a pickle (``_dump_fr_trace``) or JSON (``_dump_fr_trace_json``, the same entries;
 prefer it: reading JSON cannot run code). A pickle can run any code when it is loaded with
 ``pickle.load``, which is what PyTorch's analyser does. So every public function here reads a
-dump with the package's own reader (``helpers.hangs._dumpreader``), and nothing else ever reads it:
+dump with the series' own reader (``helpers._plaindata``), and nothing else ever reads it:
 
 - the file holds at most :data:`MAX_DUMP_BYTES`; a pickle's instructions are checked before
   it is loaded: anything that would import or call (a class, a function, ``__reduce__``) is
@@ -47,8 +47,8 @@ from typing import Any
 
 import pandas as pd
 
+from .._plaindata import Bounds, Refused, read_plain_data
 from ..jobs.runs import show_path
-from ._dumpreader import Bounds, Refused, read_dump
 
 __all__ = [
     "DUMP_PREFIX",
@@ -91,7 +91,23 @@ class FlightRecorderError(ValueError):
 
 def _bounds() -> Bounds:
     """The bounds of a dump as they are now (read at each read, so that raising them works)."""
-    return Bounds(MAX_DUMP_BYTES, MAX_DUMP_ITEMS, MAX_DUMP_CONTAINERS, MAX_DUMP_DEPTH)
+    return Bounds(
+        MAX_DUMP_BYTES, MAX_DUMP_ITEMS, MAX_DUMP_CONTAINERS, MAX_DUMP_DEPTH,
+        what="a Flight Recorder dump", settings="helpers.hangs.flight_recorder.MAX_DUMP_",
+    )  # fmt: skip
+
+
+def read_dump(path: Path, bounds: Bounds) -> dict:
+    """The plain data of the dump at ``path``, read safely (:mod:`helpers._plaindata`), or
+    :class:`~helpers._plaindata.Refused` saying why not."""
+    dump = read_plain_data(path, bounds)
+    if isinstance(dump, dict) and "entries" not in dump and "version" in dump:
+        dump["entries"] = []  # torch writes no entries list when the rank recorded nothing
+    if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
+        raise Refused(
+            "has no 'entries' list: not a dump of torch._C._distributed_c10d._dump_fr_trace()"
+        )
+    return dump
 
 
 def _read_dump(path: Path, rank: int) -> dict:

@@ -12,6 +12,9 @@ DataFrame, checked, cached, merged for Perfetto, or read one rank at a time.
 - ``memory``: :func:`load_memory`, the allocations and frees that ``profile_memory=True``
   records, over time; :func:`load_memory_categories`, the profiler's category of each, where
   the job wrote its memory timeline beside its traces.
+- ``snapshot``: :func:`load_memory_snapshot`, a CUDA memory snapshot's blocks (reserved,
+  allocated, cached free, the line that allocated each), read by the checked reader of plain
+  data (``helpers._plaindata``): a snapshot is a pickle, and never runs code here.
 - ``kinds``: the kinds of event, defined once: how the loader recognises each (its ``kind``
   column), its colour and drawing layer; event names as text (:func:`event_names`,
   :func:`name_matches`). The analysis and the drawings read them from here.
@@ -46,6 +49,7 @@ from .load import (
 )
 from .legacy_records import kept_legacy_records, server_replies
 from .memory import load_memory, load_memory_categories
+from .snapshot import load_memory_snapshot
 from .kinds import KIND_COLORS, KIND_NAMES, KINDS, event_kind, event_names, name_matches
 from .rank_files import rank_events
 
@@ -68,6 +72,7 @@ __all__ = [
     "gather_traces",
     "load_memory",
     "load_memory_categories",
+    "load_memory_snapshot",
     "kept_legacy_records",
     "server_replies",
     "rank_events",

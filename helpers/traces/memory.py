@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,10 @@ from ._header import header_of
 from ._json import decode_memory, finite_number, memory_args
 from .load import run_files
 
-__all__ = ["load_memory", "load_memory_categories", "MEMORY_COLUMNS", "PROFILER_CATEGORIES"]
+__all__ = [
+    "load_memory", "load_memory_categories", "MEMORY_COLUMNS", "PROFILER_CATEGORIES",
+    "in_learners_code",
+]  # fmt: skip
 
 #: The columns of :func:`load_memory`'s frame.
 MEMORY_COLUMNS = [
@@ -158,3 +162,21 @@ def load_memory_categories(folder: str | os.PathLike) -> pd.DataFrame:
             if action == _CREATE and ns > 0
         ]
     return pd.DataFrame(rows, columns=["rank", "alloc_us", "bytes", "category"])
+
+
+_LIBRARIES = ("torch", "torchvision", "numpy", "site-packages", "dist-packages", "<")
+_LIBRARY_PARTS = ("site-packages/", "dist-packages/", "/lib/python3")
+_COMPILED = (".cpp", ".cc", ".cu", ".h", ".hpp", ".so", "??")
+
+
+def in_learners_code(site: str) -> bool:
+    """Whether a ``file:line`` is in the learner's code: not torch, another library, a module
+    of Python's own (``threading.py``, ``/usr/lib/python3.11/...``) or compiled code (a CUDA
+    memory snapshot's C++ frames)."""
+    path = site.rpartition(":")[0]
+    if not path or path.startswith(_LIBRARIES) or path.endswith(_COMPILED):
+        return False
+    if any(part in path for part in _LIBRARY_PARTS):
+        return False
+    top = path.split("/", 1)[0].removesuffix(".py")
+    return top not in sys.stdlib_module_names

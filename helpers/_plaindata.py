@@ -1,7 +1,8 @@
-"""The safe reader of one Flight Recorder dump file: its plain data, or why it is refused.
+"""The safe reader of a file of plain data (a Flight Recorder dump, a CUDA memory snapshot):
+its dicts, lists, strings and numbers, or why it is refused.
 
-A dump is a pickle or JSON. A pickle can run any code when ``pickle.load`` reads it, so this
-reader never hands a byte of one to ``pickle.load``:
+Such a file is a pickle or JSON. A pickle can run any code when ``pickle.load`` reads it, so
+this reader never hands a byte of one to ``pickle.load``:
 
 - the file holds at most ``bounds.bytes``; a pickle's instructions are checked before it is
   loaded (:func:`check_pickle`): anything that would import or call is refused, dictionary keys
@@ -11,9 +12,10 @@ reader never hands a byte of one to ``pickle.load``:
 - what was loaded must be plain data nested at most ``bounds.depth`` deep, with at most
   ``bounds.items`` values counted as a reader sees them (:func:`check_plain`).
 
-The bounds are the caller's (:mod:`.flight_recorder` reads its ``MAX_DUMP_*`` at each
-read). A dump that fails a check raises :class:`Refused`, whose message says what is wrong; the
-caller names the file and the rank.
+The bounds are the caller's (:mod:`helpers.hangs.flight_recorder` reads its ``MAX_DUMP_*`` at
+each read, :mod:`helpers.traces.snapshot` its ``MAX_SNAPSHOT_*``), with what the file should be
+and the names of the settings that raise them, for the messages. A file that fails a check
+raises :class:`Refused`, whose message says what is wrong; the caller names the file.
 """
 
 from __future__ import annotations
@@ -32,16 +34,24 @@ _INT_RANGE = (-(2**63), 2**64)  # what PyTorch writes: int64 and uint64
 @dataclass(frozen=True)
 class Bounds:
     """The limits of one read: ``bytes`` of the file, ``items`` (values, counting every
-    reference, and a pickle's instructions), ``containers`` made, ``depth`` of nesting."""
+    reference, and a pickle's instructions), ``containers`` made, ``depth`` of nesting; what
+    the file should be (``what``: "a Flight Recorder dump") and the prefix of the settings that
+    hold the limits (``settings``: "helpers.hangs.flight_recorder.MAX_DUMP_"), for messages."""
 
     bytes: int
     items: int
     containers: int
     depth: int
+    what: str
+    settings: str
+
+    def raise_it(self, limit: str) -> str:
+        """How to raise one limit (``"ITEMS"``) for a file one trusts."""
+        return f"raise {self.settings}{limit} for a file you trust"
 
 
 class Refused(Exception):
-    """A dump that fails a check; the message says what is wrong (the caller names the file)."""
+    """A file that fails a check; the message says what is wrong (the caller names the file)."""
 
 
 # The pickle instructions that build plain data; anything else (GLOBAL, STACK_GLOBAL, REDUCE,
@@ -64,11 +74,10 @@ _MEMO_GET = {"GET", "BINGET", "LONG_BINGET"}
 _NOT_A_STRING_KEY = "has a dictionary key that is not a string"
 
 
-def too_many_containers(limit: int) -> str:
+def _too_many_containers(bounds: Bounds) -> str:
     return (
-        f"holds more than {limit:,} lists, dicts and tuples: not a dump, or "
-        f"larger than any buffer PyTorch keeps (raise "
-        f"helpers.hangs.flight_recorder.MAX_DUMP_CONTAINERS for a dump you trust)"
+        f"holds more than {bounds.containers:,} lists, dicts and tuples: not "
+        f"{bounds.what}, or larger than any PyTorch writes ({bounds.raise_it('CONTAINERS')})"
     )
 
 
@@ -77,10 +86,10 @@ class _PickleStack:
     whether it is a string. A missing value raises IndexError or KeyError, as in the
     unpickler."""
 
-    def __init__(self, data: bytes, containers: int):
+    def __init__(self, data: bytes, bounds: Bounds):
         self.data = data
-        self.limit = containers
-        self.containers = containers  # how many more lists, dicts and tuples may be made
+        self.bounds = bounds
+        self.containers = bounds.containers  # how many more lists, dicts and tuples may be made
         self.stack: list[bool] = []  # is each value on the stack a string?
         self.marks: list[list[bool]] = []  # the stacks put aside by MARK
         self.memo: dict[int, bool] = {}
@@ -90,7 +99,7 @@ class _PickleStack:
         if name in _CONTAINERS:
             self.containers -= 1
             if self.containers < 0:
-                raise Refused(too_many_containers(self.limit))
+                raise Refused(_too_many_containers(self.bounds))
         if name in _SCALARS:
             self.stack.append(False)
         elif name in _STRINGS:
@@ -107,9 +116,9 @@ class _PickleStack:
             self.stack.append(self.memo[arg])
         elif name == "FRAME":
             if arg > len(self.data) - position:
-                raise Refused("is not a complete Flight Recorder dump (a frame is cut short)")
+                raise Refused(f"is not a complete {_kind(self.bounds)} (a frame is cut short)")
         elif name not in ("PROTO", "STOP"):
-            raise Refused(_refusal(name, arg))
+            raise Refused(_refusal(name, arg, self.bounds))
 
     def _reshape(self, name: str) -> None:
         """The instructions that build containers of the values on the stack, or move them."""
@@ -159,16 +168,21 @@ class _PickleStack:
             self.stack.append(self.stack[-1])
 
 
-def _refusal(name: str, arg: Any) -> str:
+def _kind(bounds: Bounds) -> str:
+    """What the file should be, without its article: "Flight Recorder dump"."""
+    return bounds.what.split(" ", 1)[-1]
+
+
+def _refusal(name: str, arg: Any, bounds: Bounds) -> str:
     """Why an instruction that imports or calls is refused."""
     if name == "GLOBAL":
         return (
-            f"refusing to load {str(arg).replace(' ', '.')}: a Flight Recorder dump "
+            f"refusing to load {str(arg).replace(' ', '.')}: {bounds.what} "
             f"holds plain data only, this file would import code"
         )
     return (
         f"refusing to load it: it uses the pickle instruction {name}, which "
-        f"imports or calls code; a Flight Recorder dump holds plain data only"
+        f"imports or calls code; {bounds.what} holds plain data only"
     )
 
 
@@ -182,24 +196,23 @@ def check_pickle(data: bytes, bounds: Bounds) -> None:
     a dict's keys are the only values hashed while loading, and hashing a string is safe (a
     tuple nested deep as a key crashes the interpreter; numbers can be made to collide)."""
     limit = bounds.items
-    stack = _PickleStack(data, bounds.containers)
+    stack = _PickleStack(data, bounds)
     try:
         for count, (op, arg, position) in enumerate(pickletools.genops(data)):
             if count >= limit:
                 raise Refused(
-                    f"holds more than {limit:,} pickle instructions: not a dump, or "
-                    f"larger than any buffer PyTorch keeps (raise "
-                    f"helpers.hangs.flight_recorder.MAX_DUMP_ITEMS for a dump you trust)"
+                    f"holds more than {limit:,} pickle instructions: not {bounds.what}, or "
+                    f"larger than any PyTorch writes ({bounds.raise_it('ITEMS')})"
                 )
             stack.step(op.name, arg, position, count)
     except (IndexError, KeyError) as err:
         raise Refused(
-            f"is not a complete Flight Recorder dump (its pickle refers to values it never "
+            f"is not a complete {_kind(bounds)} (its pickle refers to values it never "
             f"made: {type(err).__name__}); the file is damaged"
         ) from None
     except ValueError as err:  # pickletools: an unknown instruction, or the data ends early
         raise Refused(
-            f"is not a complete Flight Recorder dump ({err}); the file is damaged or truncated"
+            f"is not a complete {_kind(bounds)} ({err}); the file is damaged or truncated"
         ) from None
 
 
@@ -217,7 +230,7 @@ def from_pickle(data: bytes, bounds: Bounds) -> Any:
         return _PlainData(io.BytesIO(data)).load()
     except Exception as err:  # whatever the unpickler says of bad data, the file is bad
         raise Refused(
-            f"is not a complete Flight Recorder dump ({type(err).__name__}: {err}); "
+            f"is not a complete {_kind(bounds)} ({type(err).__name__}: {err}); "
             f"the file is damaged or truncated"
         ) from None
 
@@ -229,23 +242,24 @@ def from_json(data: bytes, bounds: Bounds) -> Any:
     values = data.count(b",") + containers + 1
     if values > bounds.items:
         raise Refused(
-            f"holds up to {values:,} JSON values, more than MAX_DUMP_ITEMS "
-            f"({bounds.items:,}): not a dump, or larger than any buffer PyTorch keeps"
+            f"holds up to {values:,} JSON values, more than {bounds.settings}ITEMS "
+            f"({bounds.items:,}): not {bounds.what}, or larger than any PyTorch writes"
         )
     if containers > bounds.containers:
-        raise Refused(too_many_containers(bounds.containers))
+        raise Refused(_too_many_containers(bounds))
     try:
         return json.loads(data)
     except RecursionError:
-        raise Refused(f"nests deeper than {bounds.depth} levels: not a dump") from None
+        raise Refused(f"nests deeper than {bounds.depth} levels: not {bounds.what}") from None
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
         raise Refused(
-            f"is not a complete Flight Recorder dump (JSON: {err}); the file is damaged or "
-            f"truncated"
+            f"is not a complete {_kind(bounds)} (JSON: {err}); the file is damaged or truncated"
         ) from None
 
 
-def _walked(values: Any, counts: dict[int, int], heights: dict[int, int]) -> tuple[int, int]:
+def _walked(
+    values: Any, counts: dict[int, int], heights: dict[int, int], what: str
+) -> tuple[int, int]:
     """``(values in it, all levels; containers nested in it)`` of a container whose own
     containers were all walked; refuses a value that is not plain data."""
     count, height = len(values), 1
@@ -255,42 +269,40 @@ def _walked(values: Any, counts: dict[int, int], heights: dict[int, int]) -> tup
             height = max(height, heights[id(value)] + 1)
         elif isinstance(value, int):  # bool too
             if not _INT_RANGE[0] <= value < _INT_RANGE[1]:
-                raise Refused("holds a number beyond 64 bits: not a dump")
+                raise Refused(f"holds a number beyond 64 bits: not {what}")
         elif not (value is None or isinstance(value, (str, bytes, float))):
             raise Refused(f"holds a {type(value).__name__}: not plain data")
     return count, height
 
 
-def check_plain(dump: Any, bounds: Bounds) -> None:
+def check_plain(value: Any, bounds: Bounds) -> None:
     """Refuse anything but plain data, containers nested more than ``bounds.depth`` deep (or in
     themselves), or more than ``bounds.items`` values counted as a reader sees them: a container
     referred to N times counts N times. Each container is walked once, its count and height
     kept (so a small file of shared references is refused in a few steps), without recursion."""
-    if not isinstance(dump, (dict, list, tuple)):
-        return  # a single value: not a dump, which the caller says
+    if not isinstance(value, (dict, list, tuple)):
+        return  # a single value: not what the caller wants, which the caller says
     depth_limit, limit = bounds.depth, bounds.items
     counts: dict[int, int] = {}  # id of a container walked: the values in it, all levels
     heights: dict[int, int] = {}  # id of a container walked: the containers nested in it
     open_: set[int] = set()  # the containers being walked: the one walked now and its parents
-    todo: list[tuple[Any, int, bool]] = [(dump, 1, False)]  # (container, depth, walked?)
+    todo: list[tuple[Any, int, bool]] = [(value, 1, False)]  # (container, depth, walked?)
     while todo:
         container, depth, walked = todo.pop()
         values = container.values() if isinstance(container, dict) else container
         key = id(container)
         if walked:
             open_.discard(key)
-            count, height = _walked(values, counts, heights)
+            count, height = _walked(values, counts, heights, bounds.what)
             if count > limit:
                 raise Refused(
                     f"holds more than {limit:,} values once shared references are counted as "
-                    f"a reader sees them: not a dump (a dump of 2,000 collectives with stack "
-                    f"traces holds about 300,000)"
+                    f"a reader sees them: not {bounds.what} ({bounds.raise_it('ITEMS')})"
                 )
             counts[key], heights[key] = count, height
         elif key in open_ or depth > depth_limit:
             raise Refused(
-                f"nests deeper than {depth_limit} levels (a dump nests 5 deep), or holds "
-                f"itself: not a dump"
+                f"nests deeper than {depth_limit} levels, or holds itself: not {bounds.what}"
             )
         elif key not in counts:
             open_.add(key)
@@ -302,9 +314,9 @@ def check_plain(dump: Any, bounds: Bounds) -> None:
             )
 
 
-def read_dump(path: Path, bounds: Bounds) -> dict:
-    """The plain data of the dump at ``path``, read safely (see the module's docstring), or
-    :class:`Refused` saying why not."""
+def read_plain_data(path: Path, bounds: Bounds) -> Any:
+    """The plain data of the pickle or JSON file at ``path``, read safely (see the module's
+    docstring), or :class:`Refused` saying why not."""
     limit = bounds.bytes
     try:
         with path.open("rb") as f:
@@ -312,20 +324,13 @@ def read_dump(path: Path, bounds: Bounds) -> dict:
     except OSError as err:
         raise Refused(f"cannot be read ({err.strerror})") from None
     if not data:
-        raise Refused("is empty: the rank did not finish writing its dump (was it killed first?)")
+        raise Refused("is empty: the process did not finish writing it (was it killed first?)")
     if len(data) > limit:
         raise Refused(
-            f"is larger than {limit:,} bytes: not a Flight Recorder dump, or larger than any "
-            f"buffer PyTorch keeps (raise helpers.hangs.flight_recorder.MAX_DUMP_BYTES for a dump "
-            f"you trust)"
+            f"is larger than {limit:,} bytes: not {bounds.what}, or larger than any PyTorch "
+            f"writes ({bounds.raise_it('BYTES')})"
         )
     is_json = data.lstrip()[:1] == b"{"
-    dump = from_json(data, bounds) if is_json else from_pickle(data, bounds)
-    check_plain(dump, bounds)
-    if isinstance(dump, dict) and "entries" not in dump and "version" in dump:
-        dump["entries"] = []  # torch writes no entries list when the rank recorded nothing
-    if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
-        raise Refused(
-            "has no 'entries' list: not a dump of torch._C._distributed_c10d._dump_fr_trace()"
-        )
-    return dump
+    plain = from_json(data, bounds) if is_json else from_pickle(data, bounds)
+    check_plain(plain, bounds)
+    return plain
