@@ -41,7 +41,7 @@ with no change: none of them names a dependency.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -119,6 +119,11 @@ class Graph:
     time: np.ndarray
     rank: np.ndarray
     binding: np.ndarray
+    #: the nodes in an order where each comes after its sources, with those in a cycle (and
+    #: after one) last, and how many those are: found by the first :func:`replayed_times` and
+    #: kept (a graph's edges never change once it is made; an order of all its edges is one of
+    #: any fewer, where no cycle is left out)
+    order: tuple[list[int], int] | None = field(default=None, init=False, repr=False, compare=False)  # fmt: skip
 
     @classmethod
     def of(cls, parts: list[Edges], intervals: pd.DataFrame, own: np.ndarray) -> Graph:
@@ -275,13 +280,24 @@ def replayed_times(graph: Graph, shrink: np.ndarray | None = None, sooner: np.nd
     order = np.argsort(target, kind="stable")
     source, target, lag = source[order], target[order], lag[order]
     first = np.searchsorted(target, np.arange(n + 1))
-    value = graph.time.copy()
-    ordered, stuck = _topological(n, source, target, first)
-    for node in ordered[: n - len(stuck)]:
+    if graph.order is None:
+        every = np.argsort(graph.target, kind="stable")
+        starts = np.searchsorted(graph.target[every], np.arange(n + 1))
+        ordered, stuck = _topological(n, graph.source[every], graph.target[every], starts)
+        graph.order = (ordered, len(stuck))
+    ordered, stuck = graph.order
+    if stuck and not keep.all():  # a cycle: without some of its edges, it may be gone
+        ordered, left = _topological(n, source, target, first)
+        stuck = len(left)
+    value = graph.time.tolist()  # floats in lists: a node at a time, as fast as Python goes
+    sources, lags, first = source.tolist(), lag.tolist(), first.tolist()
+    for node in ordered[: n - stuck]:
         lo, hi = first[node], first[node + 1]
-        if hi > lo:
-            value[node] = max(value[s] + g for s, g in zip(source[lo:hi].tolist(), lag[lo:hi].tolist()))  # fmt: skip
-    return value
+        if hi == lo + 1:  # most nodes: one edge
+            value[node] = value[sources[lo]] + lags[lo]
+        elif hi > lo:
+            value[node] = max([value[s] + g for s, g in zip(sources[lo:hi], lags[lo:hi])])
+    return np.array(value)
 
 
 def validate(graph: Graph, names: list[str] | None = None) -> pd.DataFrame:
