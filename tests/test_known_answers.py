@@ -224,3 +224,20 @@ def test_without_the_machines_cores_a_what_if_keeps_every_op_as_long_as_it_was(t
     # 0-100 beside rank 0's, both arrive at 100, the step ends at 120
     ranks, (rank, name, factor, _), _, _ = KNOWN["work: two ranks on one core share it once the one that slept computes beside the other"]  # fmt: skip
     assert predicted(tmp_path, ranks, (rank, name, factor, 0)) == pytest.approx(0.120, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "experiment, rank, name",
+    [("pipeline-1f1b", 1, "^forward \\d$"), ("ddp-straggler", 1, "^aten::")],
+    ids=["a pipeline stage's forwards", "a DDP rank's ops"],
+)
+def test_a_what_if_that_halves_events_lies_between_removing_and_keeping_them(
+    lesson_run, experiment, rank, name
+):
+    # at a trace's clock (~1e15 µs) a float's step is a quarter of a µs: ops shorter than
+    # that once seemed to get no share of a core, and a half made steps of 500 s
+    events = load_run(lesson_run(experiment), cache=False).events
+    removed, half, kept = (
+        what_if(events, rank=rank, name=name, factor=f).median() for f in (0.0, 0.5, 1.0)
+    )
+    assert removed - 1e-6 <= half <= kept + 1e-6

@@ -93,7 +93,10 @@ def with_shared_cores(
         replay: the intervals' ``(starts, ends)`` re-timed with a ``shrink``.
     """
     iv = lanes.intervals
-    starts, ends = iv["start_us"].to_numpy(float), iv["end_us"].to_numpy(float)
+    # µs since the run's first interval: at a trace's clock (~1e15 µs), a float's step is a
+    # quarter of a µs, and an op shorter than that would seem to get no share of a core
+    origin = float(iv["start_us"].min()) if len(iv) else 0.0
+    starts, ends = iv["start_us"].to_numpy(float) - origin, iv["end_us"].to_numpy(float) - origin
     rows = np.flatnonzero(runnable & (ends > starts))
     if not len(rows):
         return shrink
@@ -103,7 +106,7 @@ def with_shared_cores(
     factor = shrink.copy()
     kept = shrink[rows] > 0
     for round_ in range(SETTLE_ROUNDS):
-        new_starts, _ = replay(factor)
+        new_starts = replay(factor)[0] - origin
         guess = new_starts[rows] + own * factor[rows]
         now = _share_integral(new_starts[rows][kept], guess[kept], cores)
         share = (now(guess) - now(new_starts[rows])) / np.maximum(guess - new_starts[rows], 1e-9)  # fmt: skip
