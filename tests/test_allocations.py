@@ -2,6 +2,7 @@
 (``benchmarks/memory_job.py``): one rank keeps a copy of an activation every step and never frees
 it. The report must name the rank, the MiB a step and the line; the other rank must not grow."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from helpers import (
     load_memory_categories,
     load_run,
     memory_growth,
+    peak_difference,
+    peak_moments,
 )
 from helpers.jobs import launch
 from helpers.report import build_comparison, build_report
@@ -99,3 +102,31 @@ def test_the_report_of_two_runs_says_the_peak_fell_and_the_growth_stopped(kept_r
     assert (
         section.text.startswith("Rank 1: its peak went from") and "growth stopped" in section.text
     )
+
+
+def test_why_the_keeping_rank_peaks_highest_is_the_line_that_keeps(kept_runs):
+    run = kept_runs["forward"].run_dir
+    memory, events = load_memory(run), load_run(run, cache=False).events
+    lives = allocation_lives(memory, events, load_memory_categories(run))
+    gap = peak_moments(lives, memory).set_index("rank")["peak_mib"].diff().iloc[-1]
+    by_line, by_kind = (peak_difference(lives, memory, by) for by in ("line", "category"))
+    assert by_line.attrs["highest"] == (1, "cpu") and by_line.attrs["lowest"] == (0, "cpu")
+    kept = by_line.iloc[0]
+    assert kept["line"] == line_of(KEPT_IN["forward"]) and kept["lowest_mib"] == 0
+    assert kept["more_mib"] == pytest.approx(gap, rel=0.05) and gap > 4, "1 MiB a step"
+    assert by_kind.iloc[0]["category"] == "activation", "the profiler's name for the copies"
+    assert by_kind["more_mib"].sum() == pytest.approx(kept["more_mib"], abs=0.01)
+
+
+def test_the_report_says_why_the_highest_rank_peaked_above_the_lowest(kept_runs):
+    report = build_report([kept_runs["forward"].run_dir])
+    (section,) = [s for s in report.sections if s.title == "Where the memory went"]
+    said = re.search(r"Rank 1 peaked ([\d.]+) MiB above rank 0: at its peak it held more activation \(\+[\d.]+ MiB\).*?, the most of it from `([^`]+)` \(\+([\d.]+) MiB\)", section.text)  # fmt: skip
+    assert said and said[2] == line_of(KEPT_IN["forward"])
+    assert float(said[3]) == pytest.approx(float(said[1]), rel=0.05), "the line holds the gap"
+
+
+def test_ranks_that_peak_alike_get_no_why(kept_runs):
+    report = build_report([kept_runs["fixed"].run_dir])
+    (section,) = [s for s in report.sections if s.title == "Where the memory went"]
+    assert "above rank" not in section.text

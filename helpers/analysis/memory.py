@@ -20,7 +20,7 @@ from .shift import step_shift
 __all__ = [
     "memory_over_time", "memory_peaks", "peak_moments", "alive_at_peak", "memory_growth",
     "step_peaks", "compare_memory", "MEMORY_NOISE", "memory_of_runs", "memory_verdict",
-    "snapshot_summary",
+    "snapshot_summary", "peak_difference",
 ]  # fmt: skip
 
 MIB = 2**20
@@ -92,6 +92,38 @@ def alive_at_peak(lives: pd.DataFrame, memory: pd.DataFrame, by: str = "category
     table["mib"] = table["mib"] / MIB
     table = table.sort_values(["rank", "device", "mib"], ascending=[True, True, False])
     return table.reset_index(drop=True)
+
+
+def peak_difference(lives: pd.DataFrame, memory: pd.DataFrame, by: str = "category") -> pd.DataFrame:  # fmt: skip
+    """Why one rank peaked above another: what was alive at the highest peak against what was
+    alive at the lowest (of one kind of device), by ``by`` (``category``, ``op`` or ``line``).
+
+    Returns ``<by>``, ``highest_mib``, ``lowest_mib`` and ``more_mib`` (the difference), the
+    most more first; its ``attrs`` name the two (``"highest"``, ``"lowest"``: ``(rank,
+    device)``). Empty with a single rank and device."""
+    peaks = peak_moments(lives, memory)
+    peaks = peaks[peaks["device"].str.split(":").str[0] == _kind(peaks)]
+    columns = [by, "highest_mib", "lowest_mib", "more_mib"]
+    if len(peaks) < 2:
+        return pd.DataFrame(columns=columns)
+    ordered = peaks.sort_values("peak_mib", ascending=False, kind="stable")
+    ends = [tuple(ordered.iloc[i][["rank", "device"]]) for i in (0, -1)]
+    alive = alive_at_peak(lives, memory, by)
+    sides = [
+        alive[(alive["rank"] == rank) & (alive["device"] == device)].set_index(by)["mib"]
+        for rank, device in ends
+    ]
+    table = pd.concat(sides, axis=1, keys=columns[1:3]).fillna(0.0)
+    table["more_mib"] = table["highest_mib"] - table["lowest_mib"]
+    table = table.sort_values("more_mib", ascending=False, kind="stable").reset_index(names=by)
+    table.attrs.update(highest=ends[0], lowest=ends[1])
+    return table[columns]
+
+
+def _kind(peaks: pd.DataFrame) -> str:
+    """The kind of device compared: the GPUs where the traces have any, else the CPU."""
+    kinds = set(peaks["device"].str.split(":").str[0])
+    return "cuda" if "cuda" in kinds else "cpu"
 
 
 def memory_growth(lives: pd.DataFrame, min_mib: float = 0.01) -> pd.DataFrame:

@@ -8,7 +8,15 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis.allocations import allocation_lives, freed_before_trace
-from ..analysis.memory import MIB, alive_at_peak, memory_growth, memory_peaks, peak_moments
+from ..analysis.memory import (
+    MEMORY_NOISE,
+    MIB,
+    alive_at_peak,
+    memory_growth,
+    memory_peaks,
+    peak_difference,
+    peak_moments,
+)  # fmt: skip
 from ..traces import TraceError, load_memory, load_memory_categories
 from .sections import Section
 
@@ -41,6 +49,9 @@ def memory_section(files: list[Path], events: pd.DataFrame) -> Section:
     text = " ".join(
         [
             _peaks_text(peaks, alive_at_peak(lives, memory), lines, lives),
+            _why_text(
+                peaks, peak_difference(lives, memory), peak_difference(lives, memory, "line")
+            ),  # fmt: skip
             _growth_text(growth, sorted(peaks["rank"].unique())),
             _before_text(freed_before_trace(memory)),
             _cache_text(memory, peaks),
@@ -75,6 +86,31 @@ def _peaks_text(peaks: pd.DataFrame, kinds: pd.DataFrame, lines: pd.DataFrame, l
         + f"; the most of it from `{line['line']}` ({line['mib']:.1f} MiB)."
     )
     return text
+
+
+def _why_text(peaks: pd.DataFrame, kinds: pd.DataFrame, lines: pd.DataFrame) -> str:
+    """Why the highest rank peaked above the lowest: the categories and the line it held more
+    of; nothing where they peaked within the noise between runs of one job."""
+    if kinds.empty:
+        return ""
+    top, low = (peaks.set_index(["rank", "device"]).loc[kinds.attrs[k]] for k in ("highest", "lowest"))  # fmt: skip
+    gap = float(top["peak_mib"] - low["peak_mib"])
+    if gap <= MEMORY_NOISE * float(top["peak_mib"]):
+        return ""
+    (rank, _), (other, _) = kinds.attrs["highest"], kinds.attrs["lowest"]
+    more = [r for r in kinds.itertuples() if r.more_mib >= 0.01][:3]
+    line = lines.iloc[0]
+    if not more or line["more_mib"] < 0.01:
+        return f"Rank {rank} peaked {gap:.1f} MiB above rank {other}."
+    return (
+        f"Rank {rank} peaked {gap:.1f} MiB above rank {other}: at its peak it held more "
+        + ", ".join(f"{_named(r.category)} (+{r.more_mib:.1f} MiB)" for r in more)
+        + f", the most of it from `{line['line']}` (+{line['more_mib']:.1f} MiB)."
+    )
+
+
+def _named(category: str) -> str:
+    return "of no category" if category == "(none)" else category
 
 
 def _on(device: str, peaks: pd.DataFrame) -> str:
