@@ -4,8 +4,12 @@ Each step: a batch, a forward through an MLP of four layers, the loss, the backw
 step. ``--keep-rank R --keep-mib M`` makes rank R keep M MiB every step and never free it: a
 copy of its first layer's output in ``forward`` (``--keep-in forward``), or of the loss's input
 in ``loss_of`` (``--keep-in loss``). ``--fsdp`` shards the model with FSDP2 instead of DDP.
-``--timeline`` writes the profiler's own memory timeline (``export_memory_timeline``, by
-category, each allocation's) beside the traces, as ``memory-timeline/rank<N>.raw.json.gz``. Traces go to ``RUN_DIR``, one per
+``--first-step`` traces the first step too (the profiler's warmup comes before any work), so
+that the optimizer's state, made in its first step, is in the trace. ``--timeline`` writes the
+profiler's own memory timeline (``export_memory_timeline``, by
+category, each allocation's) beside the traces, as ``memory-timeline/rank<N>.raw.json.gz``: on
+torch 2.14 it fails (an AssertionError, "version mismatch", in torch's _memory_profiler) under
+FSDP2, and where the trace holds the optimizer's first step. Traces go to ``RUN_DIR``, one per
 rank, with ``profile_memory``, ``record_shapes`` and ``with_stack`` on.
 """
 
@@ -64,6 +68,7 @@ def main():
     p.add_argument("--keep-in", choices=["forward", "loss"], default="forward")
     p.add_argument("--fsdp", action="store_true")
     p.add_argument("--timeline", action="store_true")
+    p.add_argument("--first-step", action="store_true", help="trace the first step too")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -100,7 +105,9 @@ def main():
         record_shapes=True,
         with_stack=True,
     ) as prof:
-        for _ in range(args.steps):
+        if args.first_step:  # the profiler's warmup before any work: every step is traced
+            prof.step()
+        for _ in range(args.steps - (1 if args.first_step else 0)):
             batch = x + 0.0  # the step's input, a tensor of its own
             optimizer.zero_grad(set_to_none=True)
             loss = loss_of(wrapped(batch), target, keep if args.keep_in == "loss" else 0.0)

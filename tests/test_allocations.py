@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import (
+    alive_at_peak,
     allocation_lives,
     compare_runs,
     load_memory,
@@ -130,3 +131,33 @@ def test_ranks_that_peak_alike_get_no_why(kept_runs):
     report = build_report([kept_runs["fixed"].run_dir])
     (section,) = [s for s in report.sections if s.title == "Where the memory went"]
     assert "above rank" not in section.text
+
+
+@pytest.fixture(scope="module")
+def replicated_and_sharded(tmp_path_factory):
+    """The job with its first step traced (where Adam makes its state), under DDP and FSDP2."""
+    root = tmp_path_factory.mktemp("sharding")
+    return {
+        name: launch(
+            JOB,
+            2,
+            experiment=name,
+            args=["--first-step", *args],
+            echo=False,
+            traces_root=root,
+            timeout=180,
+        )  # fmt: skip
+        for name, args in {"ddp": [], "fsdp2": ["--fsdp"]}.items()
+    }
+
+
+def test_fsdp2_holds_half_the_optimizer_state_that_ddp_holds_on_each_rank(replicated_and_sharded):
+    # Adam keeps two tensors the size of the parameters: four layers of 512 x 512 + 512 floats
+    params_mib = 4 * (512 * 512 + 512) * 4 / 2**20
+    held = {}
+    for name, run in replicated_and_sharded.items():
+        memory, events = load_memory(run.run_dir), load_run(run.run_dir, cache=False).events
+        alive = alive_at_peak(allocation_lives(memory, events), memory)
+        held[name] = alive[alive["category"] == "optimizer state"].set_index("rank")["mib"]
+    assert held["ddp"].to_list() == pytest.approx([2 * params_mib] * 2, abs=0.02)
+    assert held["fsdp2"].to_list() == pytest.approx([params_mib] * 2, abs=0.02), "a half each"
