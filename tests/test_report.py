@@ -607,3 +607,25 @@ def test_merged_is_written_from_a_pattern_of_files_too(tmp_path):
     pattern = str(GPU_EXCERPTS / "nccl-128gpu-rank*.json.gz")
     assert main([pattern, "--out", str(tmp_path / "r.html"), "--merged", str(merged)]) == 0
     assert merged.read_bytes().startswith(b"{")
+
+
+def test_a_cycle_in_the_graph_of_a_run_reaches_the_report_as_a_caution(tmp_path, monkeypatch):
+    from helpers.analysis.path import builders
+    from helpers.analysis.path.dependencies import WAKE_UP
+    from helpers.analysis.path.graph import Edges
+
+    def a_cycle(run):  # the ends of the first two intervals, each waiting for the other
+        return [Edges.of([1, 3], [3, 1], WAKE_UP)]
+
+    monkeypatch.setattr(builders, "BUILDERS", (*builders.BUILDERS, a_cycle))
+    said = build_report(small_run(tmp_path)).section("What the traces cannot tell").text
+    assert "holds 1 cycle(s) of moments that wait, through their edges, for themselves" in said
+    assert "(wake-up; the first among" in said and "keep their measured times" in said
+
+
+def test_kernels_that_began_before_their_launch_reach_the_report_with_how_far(real_traces):
+    # the TorchRec job's traces: 276 launch edges whose kernel began before its launch call by
+    # the trace's clocks, up to 40 µs (helpers.analysis.path.graph.validate)
+    report = build_report(real_traces / "nccl-jobs" / "torchrec-a2a-optimizer")
+    said = report.section("What the traces cannot tell").text
+    assert "276 launch edge(s) by up to 40 µs have their target before their source" in said

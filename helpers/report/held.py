@@ -4,12 +4,13 @@ buy, and the steps and collectives that say a job stalled or hung."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if, what_if_checks
 from ..analysis.path.dependencies import DEPENDENCIES, UNTRACED
-from ..analysis.path.lanes import Lanes, lane_intervals
+from ..analysis.path.lanes import Lanes, findings_said, lane_intervals
 from ..analysis.path.walk import kind_said, named_for_fixing, path_of
 from ..drawing import plot_critical_path
 from .cautions import missing_ranks
@@ -67,6 +68,9 @@ def held_section(
         world: the job's size, as the traces record it (None: unknown).
     """
     path = path_of(lanes, events)
+    clocks = findings_said(lanes, events, "negative lag")
+    if clocks:  # the report turns it into a caution
+        warnings.warn(clocks, stacklevel=2)
     per_step = times.median(axis=1)
     median_ms = float(per_step.median())
     long = _long(per_step)

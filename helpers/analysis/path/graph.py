@@ -280,12 +280,7 @@ def replayed_times(graph: Graph, shrink: np.ndarray | None = None, sooner: np.nd
     order = np.argsort(target, kind="stable")
     source, target, lag = source[order], target[order], lag[order]
     first = np.searchsorted(target, np.arange(n + 1))
-    if graph.order is None:
-        every = np.argsort(graph.target, kind="stable")
-        starts = np.searchsorted(graph.target[every], np.arange(n + 1))
-        ordered, stuck = _topological(n, graph.source[every], graph.target[every], starts)
-        graph.order = (ordered, len(stuck))
-    ordered, stuck = graph.order
+    ordered, stuck = _order(graph)
     if stuck and not keep.all():  # a cycle: without some of its edges, it may be gone
         ordered, left = _topological(n, source, target, first)
         stuck = len(left)
@@ -309,10 +304,8 @@ def validate(graph: Graph, names: list[str] | None = None) -> pd.DataFrame:
     rows = []
     for e in np.flatnonzero(graph.lag < 0):
         rows.append(("negative lag", DEPENDENCIES[graph.dependency[e]].name, [int(graph.source[e]), int(graph.target[e])]))  # fmt: skip
-    n = len(graph.time)
-    order = np.argsort(graph.target, kind="stable")
-    first = np.searchsorted(graph.target[order], np.arange(n + 1))
-    _, stuck = _topological(n, graph.source[order], graph.target[order], first)
+    ordered, left = _order(graph)
+    stuck = np.array(ordered[len(ordered) - left :], dtype=np.int64)
     for cycle in _cycles(stuck, graph):
         kinds = sorted({DEPENDENCIES[graph.dependency[e]].name for e in cycle})
         nodes = sorted({int(graph.target[e]) for e in cycle})
@@ -322,6 +315,17 @@ def validate(graph: Graph, names: list[str] | None = None) -> pd.DataFrame:
         named = [*names, *["(a collective's hub)"] * graph.hubs]
         found["events"] = [[named[node // 2] if node < 2 * len(names) else named[-1] for node in nodes] for nodes in found["nodes"]]  # fmt: skip
     return found
+
+
+def _order(graph: Graph) -> tuple[list[int], int]:
+    """:attr:`Graph.order`, found the first time it is asked for."""
+    if graph.order is None:
+        n = len(graph.time)
+        every = np.argsort(graph.target, kind="stable")
+        starts = np.searchsorted(graph.target[every], np.arange(n + 1))
+        ordered, stuck = _topological(n, graph.source[every], graph.target[every], starts)
+        graph.order = (ordered, len(stuck))
+    return graph.order
 
 
 def _cycles(stuck: np.ndarray, graph: Graph) -> list[list[int]]:
