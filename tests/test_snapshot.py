@@ -18,7 +18,7 @@ from helpers import TraceError, load_memory_snapshot, snapshot_summary
 from helpers.traces import snapshot as snapshot_module
 
 MIB = 2**20
-TRAIN = "/home/learner/train.py"
+TRAIN = "/srv/job/train.py"
 
 
 def frames(line: int) -> list[dict]:
