@@ -102,7 +102,8 @@ def peak_difference(lives: pd.DataFrame, memory: pd.DataFrame, by: str = "catego
     most more first; its ``attrs`` name the two (``"highest"``, ``"lowest"``: ``(rank,
     device)``). Empty with a single rank and device."""
     peaks = peak_moments(lives, memory)
-    peaks = peaks[peaks["device"].str.split(":").str[0] == _kind(peaks)]
+    kind = peaks["device"].str.split(":").str[0]  # compare GPUs where there are any, else CPUs
+    peaks = peaks[(kind == ("cuda" if (kind == "cuda").any() else "cpu")).to_numpy()]
     columns = [by, "highest_mib", "lowest_mib", "more_mib"]
     if len(peaks) < 2:
         return pd.DataFrame(columns=columns)
@@ -118,12 +119,6 @@ def peak_difference(lives: pd.DataFrame, memory: pd.DataFrame, by: str = "catego
     table = table.sort_values("more_mib", ascending=False, kind="stable").reset_index(names=by)
     table.attrs.update(highest=ends[0], lowest=ends[1])
     return table[columns]
-
-
-def _kind(peaks: pd.DataFrame) -> str:
-    """The kind of device compared: the GPUs where the traces have any, else the CPU."""
-    kinds = set(peaks["device"].str.split(":").str[0])
-    return "cuda" if "cuda" in kinds else "cpu"
 
 
 def memory_growth(lives: pd.DataFrame, min_mib: float = 0.01) -> pd.DataFrame:

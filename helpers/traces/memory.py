@@ -176,7 +176,7 @@ def in_learners_code(site: str) -> bool:
     path = site.rpartition(":")[0]
     if not path or path.startswith(_LIBRARIES) or path.endswith(_COMPILED):
         return False
-    if any(part in path for part in _LIBRARY_PARTS):
+    if any(part in path for part in _LIBRARY_PARTS):  # a library or Python's own, anywhere
         return False
     top = path.split("/", 1)[0].removesuffix(".py")
     return top not in sys.stdlib_module_names
