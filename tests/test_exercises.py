@@ -5,7 +5,7 @@ the wrong arguments, the unchanged starter code), accepts the right answer, and 
 malformed one with a hint instead of an exception. Every exercise of every lesson has a check,
 a check cell, and a worked solution that calls the same check and passed it.
 
-Each lesson's wrong answers are a table (``WRONG_1`` ... ``WRONG_14``): a row names the wrong
+Each lesson's wrong answers are a table (``WRONG_1`` ... ``WRONG_15``): a row names the wrong
 answer, the evidence it was found from and the reason the hint must give, and one test runs
 every row. A wrong answer whose evidence is built for it alone is a test of its own.
 
@@ -581,7 +581,7 @@ def textbook_bubble(base) -> Callable[[int], dict]:
 
 
 def few_ranks_run(folder: Path, slowed: int) -> RunRecord:
-    """Exercise 14.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
+    """Exercise 15.1's run: 3 ranks, 0 and 1 profiled, ``slowed`` slowed by 80 ms."""
     args = ["--profile-ranks", "0,1", "--slow-rank", str(slowed), "--delay-ms", "80"]
     run = fake_run(folder, "train_ddp.py", args=args, nproc=3)
     run.experiment = "hidden-straggler"
@@ -769,11 +769,11 @@ def right_evidence(
             textbook_bubble(lesson_run("pipeline-gpipe-4")),
             {"base": lesson_run("pipeline-gpipe-4"), "seed": 0},
         ),
-        "14.1": (
+        "15.1": (
             {"straggler": "not profiled", "delay_ms": 80},
             {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)},
         ),
-        "14.2": ([0, 12, 20, 21, 28], {}),
+        "15.2": ([0, 12, 20, 21, 28], {}),
     }
 
 
@@ -1514,47 +1514,47 @@ def test_13_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, check_runs):
     assert rejected(said, "one of the lesson's GPipe runs")
 
 
-# -------------------------------------------------------------------------- lesson 14
+# -------------------------------------------------------------------------- lesson 15
 
-WRONG_14 = [
-    wrong("14.2", "more ranks than the budget", [0, 8, 20, 21, 24, 25, 26], "at most 6"),
-    wrong("14.2", "without the rank tuesday named", [0, 8, 16, 24, 28], "points at one rank"),
-    wrong("14.2", "without a neighbour on its machine", [0, 12, 20, 28], "or its whole machine"),
-    wrong("14.2", "a machine left out", [0, 20, 21, 24], "machine 1 (ranks 8-15) has no rank"),
-    wrong("14.2", "without rank 0", [1, 8, 20, 21, 24], "rank 0"),
-    wrong("14.2", "a rank twice", [0, 12, 16, 20, 20, 28], "each once"),
-    wrong("14.2", "not the last run's ranks", [0, 8, 20, 21, 24], "keep the last run's ranks"),
+WRONG_15 = [
+    wrong("15.2", "more ranks than the budget", [0, 8, 20, 21, 24, 25, 26], "at most 6"),
+    wrong("15.2", "without the rank tuesday named", [0, 8, 16, 24, 28], "points at one rank"),
+    wrong("15.2", "without a neighbour on its machine", [0, 12, 20, 28], "or its whole machine"),
+    wrong("15.2", "a machine left out", [0, 20, 21, 24], "machine 1 (ranks 8-15) has no rank"),
+    wrong("15.2", "without rank 0", [1, 8, 20, 21, 24], "rank 0"),
+    wrong("15.2", "a rank twice", [0, 12, 16, 20, 20, 28], "each once"),
+    wrong("15.2", "not the last run's ranks", [0, 8, 20, 21, 24], "keep the last run's ranks"),
 ]  # fmt: skip
 
 
 def test_14_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
     assert accepted(
-        evaluate("14.1", {"straggler": 2, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2))
+        evaluate("15.1", {"straggler": 2, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2))
     )
 
 
 def test_14_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
     assert rejected(
-        evaluate("14.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2)),
+        evaluate("15.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2)),
         "every rank profiled waits",
     )
 
 
 def test_14_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
     assert accepted(
-        evaluate("14.1", {"straggler": 1, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
+        evaluate("15.1", {"straggler": 1, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
     )
 
 
 def test_14_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
     said = evaluate(
-        "14.1", {"straggler": "not profiled", "delay_ms": 80}, run=few_ranks_run(tmp_path, 1)
+        "15.1", {"straggler": "not profiled", "delay_ms": 80}, run=few_ranks_run(tmp_path, 1)
     )
     assert rejected(said, "whose data loading stands out")
 
 
 def test_14_1_rejects_the_other_profiled_rank(tmp_path):
-    said = evaluate("14.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
+    said = evaluate("15.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
     assert rejected(said, "whose data loading stands out")
 
 
@@ -1562,23 +1562,23 @@ def test_14_1_rejects_the_other_profiled_rank(tmp_path):
 def test_14_1_rejects_the_right_straggler_with_a_delay_a_quarter_off(tmp_path, slowed):
     straggler = slowed if slowed == 1 else "not profiled"
     said = evaluate(
-        "14.1", {"straggler": straggler, "delay_ms": 100}, run=few_ranks_run(tmp_path, slowed)
+        "15.1", {"straggler": straggler, "delay_ms": 100}, run=few_ranks_run(tmp_path, slowed)
     )
     assert rejected(said, "the delay is off")
 
 
 def test_14_1_wants_the_straggler_and_the_delay(tmp_path):
-    assert rejected(evaluate("14.1", 1, run=few_ranks_run(tmp_path, 1)), "answer with a dict")
+    assert rejected(evaluate("15.1", 1, run=few_ranks_run(tmp_path, 1)), "answer with a dict")
 
 
 def test_14_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
     run.experiment = "hidden-straggler"
-    assert rejected(evaluate("14.1", {"straggler": 1, "delay_ms": 80}, run=run), "--profile-ranks")
+    assert rejected(evaluate("15.1", {"straggler": 1, "delay_ms": 80}, run=run), "--profile-ranks")
 
 
 def test_14_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
-    assert accepted(evaluate("14.2", [0, 12, 20, 21, 28]))
+    assert accepted(evaluate("15.2", [0, 12, 20, 21, 28]))
 
 
 def test_14_2_history_names_one_rank_and_no_neighbour_of_it():
@@ -1594,7 +1594,7 @@ def test_14_2_history_names_one_rank_and_no_neighbour_of_it():
 @pytest.mark.parametrize(
     "exercise, answer, evidence, hint",
     [*WRONG_1, *WRONG_2, *WRONG_3, *WRONG_4, *WRONG_5, *WRONG_6, *WRONG_7, *WRONG_8, *WRONG_9,
-     *WRONG_10, *WRONG_11, *WRONG_12, *WRONG_13, *WRONG_14],
+     *WRONG_10, *WRONG_11, *WRONG_12, *WRONG_13, *WRONG_15],
 )  # fmt: skip
 def test_each_wrong_answer_in_the_tables_is_rejected_with_its_reason(
     exercise, answer, evidence, hint, request
@@ -1649,11 +1649,11 @@ def _hidden_delays(exercise: str) -> tuple[tuple, tuple, int]:
     return {
         "12.2": (hidden.DELAYS_BY_SCRIPT["mesh_job.py"], hidden.DELAY_TOLERANCE, 4),
         "13.1": (hidden.DELAYS_BY_SCRIPT["pipeline_job.py"], lesson13.DELAY_TOLERANCE, 3),
-        "14.1": (hidden.FEW_RANKS_DELAYS_MS, hidden.DELAY_TOLERANCE, 3),
+        "15.1": (hidden.FEW_RANKS_DELAYS_MS, hidden.DELAY_TOLERANCE, 3),
     }[exercise]
 
 
-@pytest.mark.parametrize("exercise", ["12.2", "13.1", "14.1"])
+@pytest.mark.parametrize("exercise", ["12.2", "13.1", "15.1"])
 def test_a_blind_guess_of_a_rank_and_its_delay_passes_under_one_run_in_twenty(exercise):
     from helpers.exercises.common import close
 

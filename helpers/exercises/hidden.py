@@ -4,7 +4,7 @@ order, or set it themselves.
 
 - :func:`anonymise_traces` (exercise 3.2): a run's trace files get names that say nothing; the
   old names are kept in the run folder (``renamed.json``).
-- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 13.1, 14.1): a run with one rank slowed,
+- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 13.1, 15.1): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
 - :func:`launch_with_a_hidden_stall` (12.1): a hung run of a 2x2 mesh, one rank stalled at one
   step, both chosen at random (kept in the run's manifest, as its arguments).
@@ -82,7 +82,7 @@ DELAYS_BY_SCRIPT = {
     "pipeline_job.py": (60, 70, 80, 90, 100, 112, 125),
     "mesh_job.py": (40, 52, 65, 81, 101, 126, 158),
 }
-#: Exercise 14.1's delays (3 ranks on 2 cores, 2 of them profiled: smaller ones drown in the
+#: Exercise 15.1's delays (3 ranks on 2 cores, 2 of them profiled: smaller ones drown in the
 #: waiting that sharing makes), seven of them: with the straggler one of 3, a blind guess passes
 #: one run in 21.
 FEW_RANKS_DELAYS_MS = (250, 310, 385, 480, 600, 750, 930)

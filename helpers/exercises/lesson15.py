@@ -1,5 +1,5 @@
-"""The checks of lesson 14's exercises (``notebooks/14_your_own_job.ipynb``; worked in
-``solutions/14_solutions.ipynb``): a job of 3 ranks profiled on 2, one rank slowed at random
+"""The checks of lesson 15's exercises (``notebooks/15_your_own_job.ipynb``; worked in
+``solutions/15_solutions.ipynb``): a job of 3 ranks profiled on 2, one rank slowed at random
 (:func:`helpers.launch_with_a_hidden_straggler`), diagnosed from its report alone: the slowed
 rank, or ``"not profiled"`` when the report shows that the ranks profiled all wait for another,
 and its delay;
@@ -34,7 +34,7 @@ def _profiled(run: Any) -> list[int] | None:
 
 
 def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
-    """14.1: ``{"straggler": rank or "not profiled", "delay_ms": ms}``: the slowed rank of a job
+    """15.1: ``{"straggler": rank or "not profiled", "delay_ms": ms}``: the slowed rank of a job
     profiled on some of its ranks (or "not profiled" when it left no trace), and its delay per
     step to within :data:`DELAY_TOLERANCE`. A blind guess passes one run in 21 (one of 3 ranks,
     one of the 7 :data:`FEW_RANKS_DELAYS_MS`)."""
@@ -76,7 +76,7 @@ def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
     )
 
 
-#: Exercise 14.2's job: machines, ranks per machine, how many ranks may be profiled this time.
+#: Exercise 15.2's job: machines, ranks per machine, how many ranks may be profiled this time.
 MACHINES, PER_MACHINE, BUDGET = 4, 8, 6
 #: What the reports of the job's last two runs said, each profiled on a few ranks: per run, its
 #: median step (ms) and each profiled rank's median waiting per step (ms). On Monday every rank
@@ -94,7 +94,7 @@ _LAST_RUN = "tuesday"
 
 
 def past_reports() -> pd.DataFrame:
-    """Exercise 14.2's history: what the reports of a job's last two runs said, one row per run
+    """Exercise 15.2's history: what the reports of a job's last two runs said, one row per run
     and rank profiled: ``run, rank, machine, median step (ms), median waiting per step (ms)``.
     The job runs on 4 machines of 8 ranks each (ranks 0-7 on machine 0, 8-15 on machine 1...)."""
     rows = [
@@ -112,7 +112,7 @@ def past_reports() -> pd.DataFrame:
 
 
 def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
-    """14.2: at most BUDGET ranks of MACHINES x PER_MACHINE, planned from past_reports(): a rank
+    """15.2: at most BUDGET ranks of MACHINES x PER_MACHINE, planned from past_reports(): a rank
     on every machine, rank 0, the rank Tuesday named and a neighbour of it on its machine, and
     the ranks Tuesday profiled (they fit the budget), so that the two runs compare."""
     world = MACHINES * PER_MACHINE
@@ -157,8 +157,8 @@ def _ranks_to_profile(answer: Any) -> tuple[bool, str]:
     )
 
 
-#: Lesson 14's checks, by exercise number.
+#: Lesson 15's checks, by exercise number.
 CHECKS: dict[str, Check] = {
-    "14.1": _the_straggler_from_a_report,
-    "14.2": _ranks_to_profile,
+    "15.1": _the_straggler_from_a_report,
+    "15.2": _ranks_to_profile,
 }
