@@ -570,6 +570,24 @@ def hidden_slow_stage(tmp_path_factory) -> RunRecord:
     return run
 
 
+@pytest.fixture(scope="module")
+def hidden_leak(lesson_run) -> RunRecord:
+    """Exercise 14.1's run: lesson 14's leaking run (rank 1 keeps 1 MiB a step in its forward),
+    as launch_with_a_hidden_leak names its runs."""
+    return dataclasses.replace(lesson_run("memory-leak"), experiment="hidden-leak")
+
+
+def kept_lines() -> dict[str, int]:
+    """The lines of lesson 14's memory_job.py that keep a copy: in the forward, in the loss."""
+    notebook = json.loads((REPO / "notebooks" / "14_where_the_memory_went.ipynb").read_text())
+    (script,) = ["".join(c["source"]) for c in notebook["cells"] if "".join(c["source"]).startswith("%%writefile memory_job.py")]  # fmt: skip
+    lines = script.splitlines()[1:]
+    return {
+        place: next(i + 1 for i, line in enumerate(lines) if f"KEPT.append({name}." in line)
+        for place, name in {"forward": "x", "loss": "output"}.items()
+    }
+
+
 def textbook_bubble(base) -> Callable[[int], dict]:
     """Exercise 13.2's right answer: the textbook's bubble, (p - 1) / (m + p - 1), a point more
     for the transfers, and m + p - 1 slots of the time one took in ``base`` (4 micro-batches)."""
@@ -709,6 +727,7 @@ def right_evidence(
     hidden_stall,
     mesh_straggler,
     hidden_slow_stage,
+    hidden_leak,
     tmp_path_factory,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
@@ -769,6 +788,11 @@ def right_evidence(
             textbook_bubble(lesson_run("pipeline-gpipe-4")),
             {"base": lesson_run("pipeline-gpipe-4"), "seed": 0},
         ),
+        "14.1": (
+            {"rank": 1, "mib_per_step": 1.0, "line": kept_lines()["forward"]},
+            {"run": hidden_leak},
+        ),
+        "14.2": (2 * 4 * (1024 * 1024 + 1024) * 4 / 2**20 / 2, {"run": lesson_run("memory-wide")}),
         "15.1": (
             {"straggler": "not profiled", "delay_ms": 80},
             {"run": few_ranks_run(tmp_path_factory.mktemp("few"), 2)},
@@ -1516,6 +1540,44 @@ def test_13_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, check_runs):
 
 # -------------------------------------------------------------------------- lesson 15
 
+WRONG_14 = [
+    wrong("14.2", "a replica's state", 32.03, "what a replica holds", run=lesson("memory-wide")),
+    wrong("14.2", "one copy, not Adam's two", 8.01, "two tensors", run=lesson("memory-wide")),
+    wrong("14.2", "the lesson's narrower model", 4.01, "count the parameters",
+          run=lesson("memory-wide")),
+    wrong("14.2", "the lesson's sharded run, not the wider one", 16.02, "predict first",
+          run=lesson("memory-fsdp")),
+    wrong("14.2", "a replicated run", 16.02, "predict first", run=lesson("memory-ddp")),
+    wrong("14.1", "the lesson's own run, not the hidden one", {"rank": 1, "mib_per_step": 1,
+          "line": 41}, "launch the job with", run=lesson("memory-leak")),
+    wrong("14.1", "no line", {"rank": 1, "mib_per_step": 1}, "answer with a dict",
+          run=Given("hidden_leak")),
+    wrong("14.1", "a line that is no number", {"rank": 1, "mib_per_step": 1, "line": "forward"},
+          "a line number", run=Given("hidden_leak")),
+]  # fmt: skip
+
+
+def test_14_1_takes_the_line_as_the_traces_write_it(hidden_leak):
+    line = f"memory_job.py:{kept_lines()['forward']}"
+    said = evaluate("14.1", {"rank": 1, "mib_per_step": 1.0, "line": line}, run=hidden_leak)
+    assert accepted(said)
+
+
+def test_a_blind_guess_at_14_1_passes_one_run_in_32_with_one_hint_for_every_wrong_answer(
+    hidden_leak,
+):
+    from helpers.exercises.hidden import LEAK_MIB
+
+    said = [
+        evaluate("14.1", {"rank": rank, "mib_per_step": mib, "line": line}, run=hidden_leak)
+        for rank in (0, 1)
+        for mib in LEAK_MIB
+        for line in kept_lines().values()
+    ]
+    assert len(said) == 32 and sum(ok for ok, _ in said) == 1
+    assert len({hint for ok, hint in said if not ok}) == 1, "a wrong part is never told apart"
+
+
 WRONG_15 = [
     wrong("15.2", "more ranks than the budget", [0, 8, 20, 21, 24, 25, 26], "at most 6"),
     wrong("15.2", "without the rank tuesday named", [0, 8, 16, 24, 28], "points at one rank"),
@@ -1527,39 +1589,39 @@ WRONG_15 = [
 ]  # fmt: skip
 
 
-def test_14_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
+def test_15_1_accepts_the_one_rank_not_profiled_by_its_number_too(tmp_path):
     assert accepted(
         evaluate("15.1", {"straggler": 2, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2))
     )
 
 
-def test_14_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
+def test_15_1_rejects_the_profiled_rank_that_waits_least_when_the_straggler_left_no_trace(tmp_path):
     assert rejected(
         evaluate("15.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 2)),
         "every rank profiled waits",
     )
 
 
-def test_14_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
+def test_15_1_accepts_a_profiled_straggler_by_its_rank(tmp_path):
     assert accepted(
         evaluate("15.1", {"straggler": 1, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
     )
 
 
-def test_14_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
+def test_15_1_rejects_not_profiled_when_a_profiled_rank_hardly_waits(tmp_path):
     said = evaluate(
         "15.1", {"straggler": "not profiled", "delay_ms": 80}, run=few_ranks_run(tmp_path, 1)
     )
     assert rejected(said, "whose data loading stands out")
 
 
-def test_14_1_rejects_the_other_profiled_rank(tmp_path):
+def test_15_1_rejects_the_other_profiled_rank(tmp_path):
     said = evaluate("15.1", {"straggler": 0, "delay_ms": 80}, run=few_ranks_run(tmp_path, 1))
     assert rejected(said, "whose data loading stands out")
 
 
 @pytest.mark.parametrize("slowed", [1, 2], ids=["profiled", "not profiled"])
-def test_14_1_rejects_the_right_straggler_with_a_delay_a_quarter_off(tmp_path, slowed):
+def test_15_1_rejects_the_right_straggler_with_a_delay_a_quarter_off(tmp_path, slowed):
     straggler = slowed if slowed == 1 else "not profiled"
     said = evaluate(
         "15.1", {"straggler": straggler, "delay_ms": 100}, run=few_ranks_run(tmp_path, slowed)
@@ -1567,21 +1629,21 @@ def test_14_1_rejects_the_right_straggler_with_a_delay_a_quarter_off(tmp_path, s
     assert rejected(said, "the delay is off")
 
 
-def test_14_1_wants_the_straggler_and_the_delay(tmp_path):
+def test_15_1_wants_the_straggler_and_the_delay(tmp_path):
     assert rejected(evaluate("15.1", 1, run=few_ranks_run(tmp_path, 1)), "answer with a dict")
 
 
-def test_14_1_refuses_a_job_profiled_on_every_rank(tmp_path):
+def test_15_1_refuses_a_job_profiled_on_every_rank(tmp_path):
     run = fake_run(tmp_path, "train_ddp.py", args=["--slow-rank", "1", "--delay-ms", "80"], nproc=3)
     run.experiment = "hidden-straggler"
     assert rejected(evaluate("15.1", {"straggler": 1, "delay_ms": 80}, run=run), "--profile-ranks")
 
 
-def test_14_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
+def test_15_2_accepts_the_suspect_a_neighbour_every_machine_and_rank_0():
     assert accepted(evaluate("15.2", [0, 12, 20, 21, 28]))
 
 
-def test_14_2_history_names_one_rank_and_no_neighbour_of_it():
+def test_15_2_history_names_one_rank_and_no_neighbour_of_it():
     from helpers import past_reports
 
     history = past_reports()
@@ -1594,7 +1656,7 @@ def test_14_2_history_names_one_rank_and_no_neighbour_of_it():
 @pytest.mark.parametrize(
     "exercise, answer, evidence, hint",
     [*WRONG_1, *WRONG_2, *WRONG_3, *WRONG_4, *WRONG_5, *WRONG_6, *WRONG_7, *WRONG_8, *WRONG_9,
-     *WRONG_10, *WRONG_11, *WRONG_12, *WRONG_13, *WRONG_15],
+     *WRONG_10, *WRONG_11, *WRONG_12, *WRONG_13, *WRONG_14, *WRONG_15],
 )  # fmt: skip
 def test_each_wrong_answer_in_the_tables_is_rejected_with_its_reason(
     exercise, answer, evidence, hint, request

@@ -10,7 +10,8 @@
   path, per rank and kind (:func:`helpers.compare_runs`).
 - ``fsdp``: :func:`plot_fsdp_phases`, a sharded step by phase, one row per unit and rank.
 - ``gpu``: :func:`plot_launch_lag`, each step's CPU time above the GPU work it launched.
-- ``memory``: :func:`plot_memory`, memory in use over time, one line per rank.
+- ``memory``: :func:`plot_memory`, memory in use over time, one line per rank;
+  :func:`plot_alive_at_peak`, what was alive at each rank's peak, by category.
 - ``show``: :func:`show_figure`, a figure shown in a notebook with its alternative text.
 - ``sequences``: :func:`plot_collective_sequences`, each rank's collectives in the order it
   called them, side by side (a hung job's Flight Recorder dumps).
@@ -20,7 +21,7 @@ from .compare import plot_run_comparison, run_comparison_alt
 from .critical_path import plot_critical_path
 from .fsdp import PHASE_COLORS, plot_fsdp_phases
 from .gpu import plot_launch_lag
-from .memory import plot_memory
+from .memory import CATEGORY_COLOURS, plot_alive_at_peak, plot_memory
 from .sequences import plot_collective_sequences
 from .show import show_figure
 from .timeline import (
@@ -43,6 +44,8 @@ __all__ = [
     "step_window",
     "plot_collective_sequences",
     "plot_memory",
+    "plot_alive_at_peak",
+    "CATEGORY_COLOURS",
     "show_figure",
     "COLLAPSED_COMMUNICATION",
     "STEP_TICK",

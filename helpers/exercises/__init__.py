@@ -56,12 +56,14 @@ from . import (
     lesson11,
     lesson12,
     lesson13,
+    lesson14,
     lesson15,
 )
 from .common import NOT_ANSWERED, Check
 from .hidden import (
     FEW_RANKS_DELAYS_MS,
     anonymise_traces,
+    launch_with_a_hidden_leak,
     launch_with_a_hidden_slowdown,
     launch_with_a_hidden_stall,
     launch_with_a_hidden_straggler,
@@ -82,6 +84,7 @@ __all__ = [
     "launch_with_a_hidden_straggler",
     "launch_with_a_hidden_slowdown",
     "launch_with_a_hidden_stall",
+    "launch_with_a_hidden_leak",
     "past_reports",
     "skew_a_node",
     "slow_a_rank",
@@ -102,6 +105,7 @@ LESSONS: tuple[ModuleType, ...] = (
     lesson11,
     lesson12,
     lesson13,
+    lesson14,
     lesson15,
 )
 

@@ -6,6 +6,9 @@ order, or set it themselves.
   old names are kept in the run folder (``renamed.json``).
 - :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 13.1, 15.1): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
+- :func:`launch_with_a_hidden_leak` (14.1): a run of lesson 14's ``memory_job.py`` with one
+  rank keeping memory every step, the rank, the MiB a step and the place chosen at random
+  (kept in the run's manifest, as its arguments).
 - :func:`launch_with_a_hidden_stall` (12.1): a hung run of a 2x2 mesh, one rank stalled at one
   step, both chosen at random (kept in the run's manifest, as its arguments).
 - :func:`launch_with_a_hidden_slowdown` (11.1): a run with one rank's batches, backward or
@@ -47,6 +50,10 @@ __all__ = [
     "launch_with_a_hidden_slowdown",
     "HIDDEN_SLOWDOWN_EXPERIMENT",
     "launch_with_a_hidden_stall",
+    "launch_with_a_hidden_leak",
+    "HIDDEN_LEAK_EXPERIMENT",
+    "MEMORY_SCRIPT",
+    "LEAK_MIB",
     "HIDDEN_STALL_EXPERIMENT",
     "MESH_SCRIPT",
     "SLOWED_PARTS",
@@ -65,6 +72,14 @@ HIDDEN_STRAGGLER_EXPERIMENT = "hidden-straggler"
 HIDDEN_SLOWDOWN_EXPERIMENT = "hidden-slowdown"
 #: The experiment of every run of :func:`launch_with_a_hidden_stall`.
 HIDDEN_STALL_EXPERIMENT = "hidden-stall"
+#: The experiment of every run of :func:`launch_with_a_hidden_leak`.
+HIDDEN_LEAK_EXPERIMENT = "hidden-leak"
+#: Lesson 14's job whose memory is known by construction.
+MEMORY_SCRIPT = "memory_job.py"
+#: The MiB a step a hidden leak keeps (one of them, at random): each more than 1.1 times the one
+#: before, so that no answer within 5 % is right for two; with the rank (one of 2) and the place
+#: (the forward or the loss), a blind guess passes one run in 32.
+LEAK_MIB = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0)
 #: Lesson 12's job of two dimensions: 4 ranks on a 2x2 mesh of tp and dp groups.
 MESH_SCRIPT = "mesh_job.py"
 #: What a hidden slowdown slows on its rank (train_ddp.py's ``--slow-part``).
@@ -269,3 +284,20 @@ def slow_a_rank(job: BackgroundRun, ms: float = 30.0, seed: int | None = None) -
     rank = _chooser(seed).randrange(job.record.world_size)
     path: Path = job.run_dir / SLOW_DOWN_FILE
     path.write_text(json.dumps({"rank": rank, "ms": ms}))
+
+
+def launch_with_a_hidden_leak(
+    nproc: int, args: Sequence[str] = (), seed: int | None = None, **options: Any
+) -> RunRecord:
+    """Launch lesson 14's ``memory_job.py`` with one rank keeping memory every step
+    (``--keep-rank``, ``--keep-mib`` of :data:`LEAK_MIB`, ``--keep-in forward`` or ``loss``), all
+    three chosen at random and kept in the run's manifest for the check; the run's experiment is
+    always ``hidden-leak``. ``args``: the script's own (the lesson's ``common``); ``seed``: the
+    tests'; ``options`` go to :func:`helpers.launch` (on the CPU, whatever the machine)."""
+    chooser = _chooser(seed)
+    hidden = ["--keep-rank", str(chooser.randrange(nproc))]
+    hidden += ["--keep-mib", f"{chooser.choice(LEAK_MIB):g}"]
+    hidden += ["--keep-in", chooser.choice(("forward", "loss"))]
+    options.setdefault("echo", False)
+    options.update(experiment=HIDDEN_LEAK_EXPERIMENT, cpu=True)
+    return launch(MEMORY_SCRIPT, nproc=nproc, args=[*args, *hidden], **options)
