@@ -292,8 +292,17 @@ def launch_with_a_hidden_leak(
     """Launch lesson 14's ``memory_job.py`` with one rank keeping memory every step
     (``--keep-rank``, ``--keep-mib`` of :data:`LEAK_MIB`, ``--keep-in forward`` or ``loss``), all
     three chosen at random and kept in the run's manifest for the check; the run's experiment is
-    always ``hidden-leak``. ``args``: the script's own (the lesson's ``common``); ``seed``: the
-    tests'; ``options`` go to :func:`helpers.launch` (on the CPU, whatever the machine)."""
+    always ``hidden-leak``, on the CPU whatever the machine.
+
+    Args:
+        nproc: ranks.
+        args: the script's own arguments (the lesson's ``common``).
+        seed: make the choice repeatable (the tests'); without it, new every time.
+        **options: for :func:`helpers.launch`.
+
+    Returns:
+        The run's :class:`helpers.RunRecord`.
+    """
     chooser = _chooser(seed)
     hidden = ["--keep-rank", str(chooser.randrange(nproc))]
     hidden += ["--keep-mib", f"{chooser.choice(LEAK_MIB):g}"]
