@@ -1,8 +1,8 @@
 """Memory in use over time, per rank and device, from the frame of :func:`helpers.load_memory`.
 
 A trace's running total counts only what the profiler saw: on the CPU, memory allocated before
-profiling began is not in it (its frees are, as negative bytes); a GPU's caching allocator
-counts everything. So the series reads memory *from a starting point*: what was in use just
+profiling began is not in it, nor are its frees (the profiler warns that it leaves them out);
+a GPU's caching allocator counts everything. So the series reads memory *from a starting point*: what was in use just
 before the first recorded event is zero, and the curve shows what the step added or freed.
 """
 
