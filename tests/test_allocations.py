@@ -92,6 +92,14 @@ def test_the_profilers_timeline_gives_every_allocation_its_category(job, kept_ru
     assert set(kept["category"]) == {"activation"}, "the profiler calls the kept copy so"
 
 
+def test_the_kept_copies_are_inferred_activations_as_the_profiler_calls_them(job, kept_runs):
+    run = kept_runs["forward"].run_dir
+    lives = allocation_lives(load_memory(run), load_run(run, cache=False).events)
+    kept = lives[(lives["line"] == line_of(job, KEPT_IN["forward"])) & lives["free_us"].isna()]
+    assert len(kept) >= 5 and set(kept["category"]) == {"activation"}
+    assert set(kept["category_from"]) == {"inferred"}
+
+
 def test_the_memory_timeline_beside_the_traces_is_not_read_as_a_trace(kept_runs):
     run = load_run(kept_runs["forward"].run_dir, cache=False)
     assert not run.skipped and sorted(run.events["rank"].unique()) == [0, 1]

@@ -14,10 +14,14 @@ The category is the profiler's own where the job wrote its memory timeline
 by :func:`helpers.load_memory_categories`: each of its allocations is one of the trace's, the
 same moment and size), and otherwise inferred from the phase and the life: an allocation freed
 within its phase is ``temporary``; one of the forward freed during the backward an
-``activation``, and so is one held into the next step and freed there, but where the learner's
-own statement made it outside any call into torch (``batch = x + 0.0``): that is an ``input``;
-one of the backward alive at the step's end is a ``gradient``, one of the optimizer alive at
-the step's end ``optimizer state``; anything else has none.
+``activation``, and so is one held into the next step and freed there (or, made in the last
+step, not freed before the trace ended), or one never freed of a line that keeps memory of the forward step after step (a copy kept by the learner's code, which
+the profiler calls an activation; a buffer made once is not), but where the learner's own
+statement made it outside any call into torch (``batch = x + 0.0``), held into the next step or
+never freed, that is an ``input``; one of the backward alive at the step's end is a
+``gradient``, one of the optimizer alive at the step's end ``optimizer state``; anything else
+has none. ``benchmarks/memory_categories.py`` measures how well this agrees with the
+profiler's own.
 """
 
 from __future__ import annotations
@@ -230,12 +234,15 @@ def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
     free, phase = lives["free_us"].to_numpy(), lives["phase"].to_numpy()
     own = lives["line"].astype(str).str.contains(r"\(\d+\): ", regex=True).to_numpy()
     in_step, in_next = free <= step_end, (free > step_end) & (free <= next_end)
+    kept = (phase == "forward") & np.isnan(free)
+    past_the_trace = kept & np.isnan(next_end)  # made in the last step: freed in the next?
     return np.select(
         [
             (phase == "forward") & (free < backward_at),
             (phase == "forward") & in_step,
-            (phase == "forward") & in_next & own,
-            (phase == "forward") & in_next,
+            (phase == "forward") & (in_next | kept) & own,
+            (phase == "forward") & (in_next | past_the_trace),
+            kept & _kept_step_after_step(lives, kept),
             (phase != "outside steps") & in_step,
             (phase == "backward") & ~in_step,
             (phase == "optimizer") & ~in_step,
@@ -245,9 +252,20 @@ def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
             "activation",
             "input",
             "activation",
+            "activation",
             "temporary",
             "gradient",
             "optimizer state",
         ],
         None,
     )
+
+
+def _kept_step_after_step(lives: pd.DataFrame, kept: np.ndarray) -> np.ndarray:
+    """Whether each allocation's rank and line kept forward memory (never freed) in two steps or
+    more: what a line keeps of the forward step after step, the profiler's activations (a
+    buffer made once, such as DDP's buckets, is not)."""
+    mine = lives[kept]
+    steps = mine.groupby([mine["rank"], mine["line"].astype(str)])["step"].nunique()
+    keys = pd.MultiIndex.from_arrays([lives["rank"], lives["line"].astype(str)])
+    return steps.reindex(keys).fillna(0).to_numpy() >= 2
