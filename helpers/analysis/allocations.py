@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..traces.memory import in_learners_code
-from .path.lanes import last_open
+from .intervals import last_open
 
 __all__ = ["allocation_lives", "freed_before_trace", "step_at", "CATEGORIES", "LIFE_COLUMNS"]
 

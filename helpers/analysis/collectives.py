@@ -39,6 +39,7 @@ __all__ = [
     "collectives_outside_windows",
     "waiting_per_step",
     "find_straggler",
+    "straggler_of",
     "waiting_per_group",
 ]
 
@@ -280,6 +281,16 @@ def waiting_per_step(events: pd.DataFrame, names: str | None = None) -> pd.DataF
     return table.rename_axis(index="step", columns="rank")
 
 
+def straggler_of(waiting: pd.Series) -> int:
+    """The straggler, from each rank's waiting in collectives (``waiting``: ms per rank, a
+    median over steps): the rank that waits least, the one the others wait for. Every answer
+    of the series to "who is the straggler" comes from here (:func:`find_straggler`,
+    :func:`waiting_per_group`, the report). It is a different question from the critical
+    path's last arrival (lesson 11): that one is asked of each collective and step, this one
+    of a rank over the steps."""
+    return int(waiting.idxmin())
+
+
 def find_straggler(events: pd.DataFrame, names: str | None = None) -> int:
     """The rank the others wait for: the one that waits least in collectives (median per step).
 
@@ -292,7 +303,7 @@ def find_straggler(events: pd.DataFrame, names: str | None = None) -> int:
             "no collectives inside profiler steps: a straggler can only be found in "
             "traces with ProfilerStep#N and collectives (gloo:/nccl: spans or NCCL kernels)"
         )
-    return int(waits.median().idxmin())
+    return straggler_of(waits.median())
 
 
 def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:
@@ -330,7 +341,7 @@ def waiting_per_group(events: pd.DataFrame, names: str | None = None) -> pd.Data
         members = members.droplevel("process_group")
         if len(members) < 2:  # one member loaded: nobody to wait for it
             continue
-        straggler = int(members.idxmin())
+        straggler = straggler_of(members)
         rows.append(
             {
                 "process_group": group,

@@ -3,7 +3,8 @@
 Events of one kind overlap (nested ops, collectives on several threads at once), so a sum of
 durations would count the same moment twice. These functions join overlapping intervals
 first; :mod:`helpers.analysis` and the timelines of
-:mod:`helpers.drawing` all measure time with them.
+:mod:`helpers.drawing` all measure time with them. :func:`last_open` finds the innermost of
+nested intervals open at each of many moments (the op around an allocation, a launch, a cut).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["merge_intervals", "busy_ms", "busy_ms_per_group", "covered_us", "uncovered_parts"]
+__all__ = [
+    "merge_intervals", "busy_ms", "busy_ms_per_group", "covered_us", "uncovered_parts", "last_open",
+]  # fmt: skip
 
 
 def merge_intervals(starts, ends, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -115,3 +118,23 @@ def uncovered_parts(
     if at < end:
         parts.append((at, end))
     return [p for p in parts if p[1] > p[0]]
+
+
+def last_open(cand: np.ndarray, ends: np.ndarray, moments: np.ndarray, parent=None) -> np.ndarray:  # fmt: skip
+    """For each of ``moments``, the innermost event open at it: the last event at or before its
+    candidate that had not ended by it (-1: none).
+
+    Args:
+        cand: per moment, the position of the last event that started at or before it.
+        ends: the events' ends, the events sorted by start, then longest first.
+        moments: the moments asked about.
+        parent: per event, the one open when it began; from an ended candidate the search jumps
+            there (None: to the candidate found so far for that candidate, which is how the
+            parents themselves are found, all at once).
+    """
+    while True:
+        at = np.maximum(cand, 0)
+        ended = (cand >= 0) & (ends[at] <= moments)
+        if not ended.any():
+            return cand
+        cand = np.where(ended, (cand if parent is None else parent)[at], cand)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..analysis import collectives_outside_windows, matched_collectives
+from ..analysis import collectives_outside_windows, matched_collectives, straggler_of
 from ..analysis.kernel_ends import CHECKED_BY_TIME
 from ..traces.kinds import GPU_WORK_CATEGORIES
 
@@ -66,8 +66,8 @@ def waiting_points_outside(waiting: pd.Series | None, step_ms: float | None) -> 
     rank). A straggler among them would wait least, far less than the others."""
     if waiting is None or not step_ms or len(waiting) < 2:
         return False
-    least = float(waiting.min())
-    others = float(waiting.drop(waiting.idxmin()).median())
+    straggler = straggler_of(waiting)
+    least, others = float(waiting[straggler]), float(waiting.drop(straggler).median())
     return least > WAITING_SHARE * step_ms and least > ALIKE * others
 
 

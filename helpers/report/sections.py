@@ -22,6 +22,7 @@ from ..analysis import (
     gpu_idle_time,
     sends_and_receives,
     stage_waits,
+    straggler_of,
     waiting_per_step,
 )
 from ..drawing import plot_fsdp_phases
@@ -158,7 +159,7 @@ def waiting_section(waiting: pd.Series | None, step_ms: float | None, missing: i
     title = "Waiting and the straggler"
     if waiting is None:
         return Section(title, "Nothing to compare: waiting compares two or more ranks that meet in collectives within whole steps.")  # fmt: skip
-    straggler = waiting.idxmin()  # find_straggler's answer: the rank that waits least
+    straggler = straggler_of(waiting)
     others = waiting.drop(straggler)
     among = " of the ranks profiled" if missing else ""
     table = waiting.rename("median waiting per step (ms)").rename_axis("rank").round(1).to_frame()

@@ -44,6 +44,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..arrival import GPU_SYNCS
 from .dependencies import STREAM_WAIT, SYNC
 from .gpu_work import FoundEdges, GpuWork, records_by_call, runtime_calls
 from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
@@ -59,8 +60,9 @@ __all__ = [
     "BLOCKED_OP_BOUND_US",
 ]
 
-#: CUDA runtime calls that block the CPU until the GPU has done something (``cudaFree`` may).
-BLOCKING_CALLS = r"^cuda(?:Stream|Device|Event)Synchronize$|^cudaMemcpy(?:Async)?$|^cu(?:da)?LaunchKernel(?:ExC)?$|^cudaFree(?:Host)?$"  # fmt: skip
+#: CUDA runtime calls that block the CPU until the GPU has done something: the synchronisations
+#: (:data:`helpers.analysis.arrival.GPU_SYNCS`), and copies, launches and frees, which may.
+BLOCKING_CALLS = GPU_SYNCS + r"|^cudaMemcpy(?:Async)?$|^cu(?:da)?LaunchKernel(?:ExC)?$|^cudaFree(?:Host)?$"  # fmt: skip
 #: How soon after the work it waited for ended a stream's next work begins (µs): on the shared
 #: V100 and H200 traces, a kernel that no launch or earlier work of its stream held began 1 to
 #: 15 µs after another stream's work ended (9 in 10), then nothing until about 90 µs.

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...traces.kinds import GPU_CATEGORIES, name_matches
+from ..intervals import last_open
 from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
 from .wakers import IntervalArrays, launched_on_a_gpu
 
@@ -158,22 +159,10 @@ def launching_ops(ev: pd.DataFrame, annotations: bool = False) -> pd.Series:
         order = np.lexsort((-mine["end_us"].to_numpy(), mine["start_us"].to_numpy()))
         starts, ends = mine["start_us"].to_numpy()[order], mine["end_us"].to_numpy()[order]
         names = mine["name"].astype(str).to_numpy()[order]
-        parent = _enclosing(np.arange(len(starts)) - 1, starts, ends, np.nextafter(starts, np.inf), None)  # fmt: skip
+        parent = last_open(np.arange(len(starts)) - 1, ends, starts)
         at = np.searchsorted(starts, asked["start"].to_numpy(), side="right") - 1
-        at = _enclosing(at, starts, ends, asked["end"].to_numpy(), parent)
+        # open until the call's end: ended before it, not at it
+        at = last_open(at, ends, np.nextafter(asked["end"].to_numpy(), -np.inf), parent)
         held = at >= 0
         found += list(zip(asked["label"].to_numpy()[held], names[at[held]]))
     return pd.Series(dict(found), dtype=object)
-
-
-def _enclosing(cand: np.ndarray, starts, ends, until: np.ndarray, parent) -> np.ndarray:
-    """For each candidate event (sorted by start, then longest first; -1: none), the first of
-    it and its ancestors that lasts until ``until``, jumping from one that does not to its
-    ``parent`` (None: to the answer found so far for that event, how the parents themselves are
-    found, all at once)."""
-    while True:
-        at = np.maximum(cand, 0)
-        short = (cand >= 0) & (ends[at] < until)
-        if not short.any():
-            return cand
-        cand = np.where(short, (cand if parent is None else parent)[at], cand)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
 from ..collectives import matched_collectives, on_every_rank, paired_by_guess
-from ..intervals import merge_intervals
+from ..intervals import last_open, merge_intervals
 from ..point_to_point import TRANSFER_RECORDS, sends_and_receives, waits_in_records
 from ..windows import window_steps
 from .builders import graph_of
@@ -287,26 +287,6 @@ def _flatten(ev: pd.DataFrame, whole: pd.Index, begin: float, finish: float) -> 
     new = np.r_[True, label[1:] != label[:-1]] if len(label) else np.zeros(0, dtype=bool)
     begins = bounds[:-1][new]
     return pd.DataFrame({"start_us": begins, "end_us": np.r_[begins[1:], last][: len(begins)], "event": label[new]})  # fmt: skip
-
-
-def last_open(cand: np.ndarray, ends: np.ndarray, moments: np.ndarray, parent=None) -> np.ndarray:  # fmt: skip
-    """For each of ``moments``, the innermost event open at it: the last event at or before its
-    candidate that had not ended by it (-1: none).
-
-    Args:
-        cand: per moment, the position of the last event that started at or before it.
-        ends: the events' ends, the events sorted by start, then longest first.
-        moments: the moments asked about.
-        parent: per event, the one open when it began; from an ended candidate the search jumps
-            there (None: to the candidate found so far for that candidate, which is how the
-            parents themselves are found, all at once).
-    """
-    while True:
-        at = np.maximum(cand, 0)
-        ended = (cand >= 0) & (ends[at] <= moments)
-        if not ended.any():
-            return cand
-        cand = np.where(ended, (cand if parent is None else parent)[at], cand)
 
 
 def _cut(frame: pd.DataFrame, cuts: np.ndarray) -> pd.DataFrame:
