@@ -40,6 +40,8 @@ __all__ = [
     "waiting_per_step",
     "find_straggler",
     "straggler_of",
+    "held_from_arrival",
+    "transfer_of",
     "waiting_per_group",
 ]
 
@@ -259,10 +261,24 @@ def collectives_with_waits(events: pd.DataFrame, names: str | None) -> pd.DataFr
     (the backends' records of sends and receives left out: no collective)."""
     ev = matched_collectives(events, names)
     ev = on_every_rank(ev[~name_matches(ev, TRANSFER_RECORDS)])
-    held = ev["dur_us"] - (ev["arrival_us"] - ev["start_us"])  # from its data being ready
-    ev = ev.assign(transfer_us=held.groupby([ev["key"], ev["index"]]).transform("min"))
+    held = held_from_arrival(ev)
+    ev = ev.assign(transfer_us=transfer_of(held, [ev["key"], ev["index"]]))
     ev["wait_us"] = held - ev["transfer_us"]
     return ev
+
+
+def held_from_arrival(collectives: pd.DataFrame) -> pd.Series:
+    """How long each collective held its rank from the rank's arrival (its data ready,
+    ``arrival_us``) to its end, in µs."""
+    return collectives["dur_us"] - (collectives["arrival_us"] - collectives["start_us"])
+
+
+def transfer_of(held: pd.Series, instances) -> pd.Series:
+    """Each collective's transfer, on ``held``'s index: the shortest time one instance (rows
+    grouped by ``instances``, one per rank it ran on) held any of its ranks from its arrival.
+    The rank that held it least arrived last, so all of its time was the transfer; the others
+    waited the rest."""
+    return held.groupby(instances).transform("min")
 
 
 def waiting_per_step(events: pd.DataFrame, names: str | None = None) -> pd.DataFrame:

@@ -26,7 +26,13 @@ import numpy as np
 import pandas as pd
 
 from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
-from ..collectives import matched_collectives, on_every_rank, paired_by_guess
+from ..collectives import (
+    held_from_arrival,
+    matched_collectives,
+    on_every_rank,
+    paired_by_guess,
+    transfer_of,
+)
 from ..intervals import last_open, merge_intervals
 from ..point_to_point import TRANSFER_RECORDS, sends_and_receives, waits_in_records
 from ..windows import window_steps
@@ -325,7 +331,7 @@ def _link_collectives(lanes: Lanes, spans: pd.DataFrame, linked: pd.DataFrame) -
     at = pd.Index(labelled["event"].to_numpy()).get_indexer(spans.index)
     row = np.where(at >= 0, labelled.index.to_numpy()[np.maximum(at, 0)], -1)
     keys, indices = spans["key"].astype(str).to_numpy(), spans["index"].to_numpy()
-    held = (spans["dur_us"] - (spans["arrival_us"] - spans["start_us"])).to_numpy(float)
+    held = held_from_arrival(spans).to_numpy(float)
     found = row >= 0
     lanes.keys.update(zip(row[found].tolist(), zip(keys[found].tolist(), indices[found].tolist())))  # fmt: skip
     lanes.held_us.update(zip(row[found].tolist(), held[found].tolist()))
@@ -346,10 +352,10 @@ def link_instances(lanes: Lanes, rows: np.ndarray, keys: np.ndarray, indices: np
         held: how long each held its rank from its arrival (µs; NaN: not measured).
     """
     numbers, _ = pd.factorize(pd.MultiIndex.from_arrays([keys, indices]))
-    shortest = pd.Series(held).groupby(numbers).min().to_numpy()
+    transfer = transfer_of(pd.Series(held, dtype=float), numbers).to_numpy()
     order = np.argsort(numbers, kind="stable")
     rows, of = np.asarray(rows)[order].tolist(), numbers[order].tolist()
     lanes.instance.update(zip(rows, of))
     for number, row in zip(of, rows):
         lanes.arrivals.setdefault(number, []).append(row)
-    lanes.transfer_us.update({n: float(shortest[n]) for n in set(of)})
+    lanes.transfer_us.update(zip(numbers.tolist(), transfer.astype(float).tolist()))
