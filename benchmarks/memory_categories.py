@@ -41,7 +41,10 @@ from helpers import (  # noqa: E402
 #: name: (the job's arguments, whether the rules were written against it)
 CASES = {
     "tuned": (["--keep-rank", "1"], True),
-    "loss, rank 0, 0.5 MiB": (["--keep-rank", "0", "--keep-mib", "0.5", "--keep-in", "loss"], False),
+    "loss, rank 0, 0.5 MiB": (
+        ["--keep-rank", "0", "--keep-mib", "0.5", "--keep-in", "loss"],
+        False,
+    ),
     "width 768, batch 128": (["--width", "768", "--batch", "128", "--keep-rank", "1"], False),
     "keeps nothing": ([], False),
 }
