@@ -53,7 +53,10 @@ def _a_leak_found_from_the_traces(answer: Any, run: Any) -> tuple[bool, str]:
     line = _line_number(answer["line"])
     if rank is None or mib is None or line is None:
         return False, shape + ": a rank, a number of MiB and a line number"
-    growth = memory_growth(_lives(run)[1])
+    try:
+        growth = memory_growth(_lives(run)[1])
+    except TraceError as err:
+        return False, f"this run's traces cannot be read: {err}"
     if growth.empty:
         return False, "this run's traces show no growth: was it launched with common?"
     kept = _line_number(str(growth.iloc[0]["line"]))
