@@ -49,6 +49,7 @@ from .dependencies import (
     WORK,
 )
 from .gpu_waits import BLOCKING_CALLS, blocked_op_edges, stream_wait_edges, sync_edges
+from .gpu_work import last_rows
 from .graph import Edges, Graph
 from .wakers import (
     IntervalArrays,
@@ -183,8 +184,8 @@ def point_to_point_waits(lanes, arrays: IntervalArrays) -> np.ndarray:
     (:attr:`.lanes.Lanes.records`: those the run pairs, :func:`..point_to_point.sends_and_receives`)."""
     if lanes.records is None or not len(lanes.records):
         return np.zeros(0, dtype=np.int64)
-    last_row = dict(zip(arrays.event.tolist(), range(len(arrays.event))))
-    return np.array([last_row[r] for r in lanes.records.tolist() if r in last_row], dtype=np.int64)
+    rows = last_rows(arrays, np.asarray(lanes.records, dtype=np.int64))
+    return rows[rows >= 0]
 
 
 def _issue_edges(arrays: IntervalArrays, rows, issued, target, dependency, lag=None) -> list[Edges]:  # fmt: skip
@@ -212,12 +213,10 @@ def receive_edges(run: LanesAndEvents) -> list[Edges]:
     arrays, pairs = run.arrays, run.lanes.pairs
     if pairs is None or pairs.empty:
         return []
-    last_row = dict(zip(arrays.event.tolist(), range(len(arrays.event))))  # an event's last row
     found: dict[Any, tuple[list, ...]] = {RECEIVE: ([], [], [], []), SEND: ([], [], [], [])}
     labels = pairs[["send", "receive", "receive_record", "send_record"]].to_numpy(dtype=np.int64)
-    for send, receive, *records in labels.tolist():
-        sent, posted = last_row.get(send, -1), last_row.get(receive, -1)
-        waits = [last_row.get(r, -1) if r >= 0 else -1 for r in records]
+    rows = np.where(labels >= 0, last_rows(arrays, labels.ravel()).reshape(labels.shape), -1)
+    for sent, posted, *waits in rows.tolist():  # each event's last interval row (-1: none)
         if min(sent, posted, waits[0]) < 0:
             continue
         for dependency, wait in zip((RECEIVE, SEND), waits):
