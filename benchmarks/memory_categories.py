@@ -34,7 +34,6 @@ from helpers import (  # noqa: E402
     load_memory,
     load_memory_categories,
     load_run,
-    peak_moments,
     script_from_lesson,
 )
 
@@ -50,22 +49,20 @@ CASES = {
 }
 
 
-def agreement(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def agreement(run_dir: Path) -> tuple[pd.Series, pd.DataFrame]:
     """Per rank, the share of bytes alive at its peak on which both agree; and the bytes they
-    differ on, by rank, profiler's and inferred category."""
+    differ on, by rank, profiler's and inferred category (what was alive is
+    :func:`helpers.alive_at_peak`'s, by the pair of categories)."""
     memory, events = load_memory(run_dir), load_run(run_dir, cache=False).events
     theirs = allocation_lives(memory, events, load_memory_categories(run_dir))
     ours = allocation_lives(memory, events)
-    peaks = peak_moments(theirs, memory)[["rank", "at_us"]]
-    both = theirs.assign(inferred=ours["category"].to_numpy()).merge(peaks, on="rank")
-    alive = both[(both["alloc_us"] <= both["at_us"]) & ~(both["free_us"] <= both["at_us"])]
-    alive = alive.fillna({"category": "(none)", "inferred": "(none)"})
+    pairs = theirs["category"].fillna("(none)") + " | " + ours["category"].fillna("(none)")
+    alive = alive_at_peak(theirs.assign(pair=pairs.to_numpy()), memory, by="pair")
+    alive[["category", "inferred"]] = alive["pair"].str.split(" \\| ", expand=True)
     same = alive["category"] == alive["inferred"]
-    shares = (alive["bytes"].where(same, 0).groupby(alive["rank"]).sum()
-              / alive.groupby("rank")["bytes"].sum()).rename("agree")  # fmt: skip
-    differ = alive[~same].groupby(["rank", "category", "inferred"])["bytes"].sum() / 2**20
-    assert alive_at_peak(theirs, memory)["mib"].sum() > 0
-    return shares.reset_index(), differ.round(3).rename("mib").reset_index()
+    shares = alive["mib"].where(same, 0).groupby(alive["rank"]).sum() / alive.groupby("rank")["mib"].sum()  # fmt: skip
+    differ = alive[~same][["rank", "category", "inferred", "mib"]].round(3)
+    return shares.rename("agree"), differ
 
 
 def main() -> None:
@@ -79,8 +76,8 @@ def main() -> None:
         run = launch(root / "memory_job.py", 2, experiment="categories", cpu=True, echo=False,
                      args=[*job_args, "--timeline"], traces_root=root)  # fmt: skip
         shares, differ = agreement(run.run_dir)
-        for r in shares.itertuples():
-            rows.append((name, "tuned" if tuned else "held out", r.rank, f"{r.agree:.1%}"))
+        for rank, agree in shares.items():
+            rows.append((name, "tuned" if tuned else "held out", rank, f"{agree:.1%}"))
         if not differ.empty:
             print(f"{name}: where they differ (MiB)\n{differ.to_string(index=False)}\n")
     table = pd.DataFrame(rows, columns=["case", "rules", "rank", "bytes agreeing at the peak"])

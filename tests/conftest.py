@@ -256,3 +256,25 @@ def pytest_collection_modifyitems(items):
         module = getattr(item, "module", None)  # notebooks (nbval) have none
         if module is not None and module.__name__ in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+#: Lesson 14's memory_job.py keeps its copies in one of two places, each a line of its own.
+KEPT_IN = {"forward": "KEPT.append(x.", "loss": "KEPT.append(output."}
+
+
+@pytest.fixture(scope="module")
+def memory_job(tmp_path_factory) -> Path:
+    """Lesson 14's job, written from its notebook into a folder of the tests' own."""
+    from helpers.jobs import script_from_lesson
+
+    folder = tmp_path_factory.mktemp("memory-job")
+    script_from_lesson("memory_job.py", "14_where_the_memory_went.ipynb", dest=folder)
+    return folder / "memory_job.py"
+
+
+def kept_line(script: Path, place: str) -> str:
+    """``memory_job.py:N``: the line of lesson 14's job (``script``) that keeps a copy in
+    ``place`` (``forward`` or ``loss``), as the traces name it."""
+    lines = script.read_text().splitlines()
+    (number,) = [i + 1 for i, line in enumerate(lines) if KEPT_IN[place] in line]
+    return f"{script.name}:{number}"

@@ -3,10 +3,10 @@
 it. The report must name the rank, the MiB a step and the line; the other rank must not grow."""
 
 import re
-from pathlib import Path
 
 import pytest
 
+from conftest import kept_line
 from helpers import (
     alive_at_peak,
     allocation_lives,
@@ -18,29 +18,12 @@ from helpers import (
     peak_difference,
     peak_moments,
 )
-from helpers.jobs import launch, script_from_lesson
+from helpers.jobs import launch
 from helpers.report import build_comparison, build_report
 
-KEPT_IN = {"forward": "x.detach().flatten()", "loss": "output.detach().flatten()"}
-
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory) -> Path:
-    """Lesson 14's job, written from its notebook into a folder of the tests' own."""
-    folder = tmp_path_factory.mktemp("job")
-    script_from_lesson("memory_job.py", "14_where_the_memory_went.ipynb", dest=folder)
-    return folder / "memory_job.py"
-
-
-def line_of(job: Path, text: str) -> str:
-    """``memory_job.py:N``, the line of the job that holds ``text``."""
-    lines = job.read_text().splitlines()
-    (number,) = [i + 1 for i, line in enumerate(lines) if text in line and "KEPT.append" in line]
-    return f"{job.name}:{number}"
-
-
-@pytest.fixture(scope="module")
-def kept_runs(job, tmp_path_factory):
+def kept_runs(memory_job, tmp_path_factory):
     """Three runs of 2 ranks: rank 1 keeps 1 MiB a step in the forward (with the profiler's
     memory timeline written beside the traces), rank 0 keeps 0.5 MiB a step in the loss, and
     the job keeps nothing (the fix)."""
@@ -51,7 +34,9 @@ def kept_runs(job, tmp_path_factory):
         "fixed": [],
     }
     return {
-        name: launch(job, 2, experiment=name, args=args, echo=False, traces_root=root, timeout=180)
+        name: launch(
+            memory_job, 2, experiment=name, args=args, echo=False, traces_root=root, timeout=180
+        )
         for name, args in cases.items()
     }
 
@@ -62,40 +47,42 @@ def kept_runs(job, tmp_path_factory):
     ids=["rank-1-keeps-1-MiB-in-its-forward", "rank-0-keeps-half-a-MiB-in-its-loss"],
 )
 def test_the_growing_rank_its_mib_a_step_and_its_line_are_found(
-    job, kept_runs, case, rank, mib, calm
+    memory_job, kept_runs, case, rank, mib, calm
 ):
     run = kept_runs[case].run_dir
     growth = memory_growth(allocation_lives(load_memory(run), load_run(run, cache=False).events))
     assert list(growth["rank"]) == [rank], "only the rank that keeps memory grows"
     found = growth.iloc[0]
     assert found["mib_per_step"] == pytest.approx(mib, rel=0.2)
-    assert found["line"] == line_of(job, KEPT_IN[case])
+    assert found["line"] == kept_line(memory_job, case)
     assert found["steps"] >= found["of_steps"] - 1 and calm not in set(growth["rank"])
 
 
 @pytest.mark.parametrize("case, rank, mib", [("forward", 1, "1.00"), ("loss", 0, "0.50")])
-def test_the_report_says_the_rank_the_mib_a_step_and_the_line(job, kept_runs, case, rank, mib):
+def test_the_report_says_the_rank_the_mib_a_step_and_the_line(
+    memory_job, kept_runs, case, rank, mib
+):
     report = build_report([kept_runs[case].run_dir])
     (section,) = [s for s in report.sections if s.title == "Where the memory went"]
-    said = f"rank {rank} keeps {mib} MiB a step allocated at `{line_of(job, KEPT_IN[case])}`"
+    said = f"rank {rank} keeps {mib} MiB a step allocated at `{kept_line(memory_job, case)}`"
     assert said in section.text
     assert f"Rank {1 - rank}: no growth." in section.text
 
 
-def test_the_profilers_timeline_gives_every_allocation_its_category(job, kept_runs):
+def test_the_profilers_timeline_gives_every_allocation_its_category(memory_job, kept_runs):
     run = kept_runs["forward"].run_dir
     categories = load_memory_categories(run)
     lives = allocation_lives(load_memory(run), load_run(run, cache=False).events, categories)
     assert (lives["category_from"] == "profiler").mean() > 0.99
-    line = lives["line"] == line_of(job, KEPT_IN["forward"])
+    line = lives["line"] == kept_line(memory_job, "forward")
     kept = lives[line & lives["free_us"].isna()]
     assert set(kept["category"]) == {"activation"}, "the profiler calls the kept copy so"
 
 
-def test_the_kept_copies_are_inferred_activations_as_the_profiler_calls_them(job, kept_runs):
+def test_the_kept_copies_are_inferred_activations_as_the_profiler_calls_them(memory_job, kept_runs):
     run = kept_runs["forward"].run_dir
     lives = allocation_lives(load_memory(run), load_run(run, cache=False).events)
-    kept = lives[(lives["line"] == line_of(job, KEPT_IN["forward"])) & lives["free_us"].isna()]
+    kept = lives[(lives["line"] == kept_line(memory_job, "forward")) & lives["free_us"].isna()]
     assert len(kept) >= 5 and set(kept["category"]) == {"activation"}
     assert set(kept["category_from"]) == {"inferred"}
 
@@ -122,7 +109,7 @@ def test_the_report_of_two_runs_says_the_peak_fell_and_the_growth_stopped(kept_r
     )
 
 
-def test_why_the_keeping_rank_peaks_highest_is_the_line_that_keeps(job, kept_runs):
+def test_why_the_keeping_rank_peaks_highest_is_the_line_that_keeps(memory_job, kept_runs):
     run = kept_runs["forward"].run_dir
     memory, events = load_memory(run), load_run(run, cache=False).events
     lives = allocation_lives(memory, events, load_memory_categories(run))
@@ -130,17 +117,17 @@ def test_why_the_keeping_rank_peaks_highest_is_the_line_that_keeps(job, kept_run
     by_line, by_kind = (peak_difference(lives, memory, by) for by in ("line", "category"))
     assert by_line.attrs["highest"] == (1, "cpu") and by_line.attrs["lowest"] == (0, "cpu")
     kept = by_line.iloc[0]
-    assert kept["line"] == line_of(job, KEPT_IN["forward"]) and kept["lowest_mib"] == 0
+    assert kept["line"] == kept_line(memory_job, "forward") and kept["lowest_mib"] == 0
     assert kept["more_mib"] == pytest.approx(gap, rel=0.05) and gap > 4, "1 MiB a step"
     assert by_kind.iloc[0]["category"] == "activation", "the profiler's name for the copies"
     assert by_kind["more_mib"].sum() == pytest.approx(kept["more_mib"], abs=0.01)
 
 
-def test_the_report_says_why_the_highest_rank_peaked_above_the_lowest(job, kept_runs):
+def test_the_report_says_why_the_highest_rank_peaked_above_the_lowest(memory_job, kept_runs):
     report = build_report([kept_runs["forward"].run_dir])
     (section,) = [s for s in report.sections if s.title == "Where the memory went"]
     said = re.search(r"Rank 1 peaked ([\d.]+) MiB above rank 0: at its peak it held more activation \(\+[\d.]+ MiB\).*?, the most of it from `([^`]+)` \(\+([\d.]+) MiB\)", section.text)  # fmt: skip
-    assert said and said[2] == line_of(job, KEPT_IN["forward"])
+    assert said and said[2] == kept_line(memory_job, "forward")
     assert float(said[3]) == pytest.approx(float(said[1]), rel=0.05), "the line holds the gap"
 
 
@@ -151,12 +138,12 @@ def test_ranks_that_peak_alike_get_no_why(kept_runs):
 
 
 @pytest.fixture(scope="module")
-def replicated_and_sharded(job, tmp_path_factory):
+def replicated_and_sharded(memory_job, tmp_path_factory):
     """The job with its first step traced (where Adam makes its state), under DDP and FSDP2."""
     root = tmp_path_factory.mktemp("sharding")
     return {
         name: launch(
-            job,
+            memory_job,
             2,
             experiment=name,
             args=["--first-step", *args],

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BASE_NS, REPO, write_doc
+from conftest import BASE_NS, KEPT_IN, REPO, kept_line, write_doc
 from helpers.exercises import (
     CHECKS,
     MUST_PASS_ENV,
@@ -577,15 +577,10 @@ def hidden_leak(lesson_run) -> RunRecord:
     return dataclasses.replace(lesson_run("memory-leak"), experiment="hidden-leak")
 
 
-def kept_lines() -> dict[str, int]:
+@pytest.fixture(scope="module")
+def kept_lines(memory_job) -> dict[str, int]:
     """The lines of lesson 14's memory_job.py that keep a copy: in the forward, in the loss."""
-    notebook = json.loads((REPO / "notebooks" / "14_where_the_memory_went.ipynb").read_text())
-    (script,) = ["".join(c["source"]) for c in notebook["cells"] if "".join(c["source"]).startswith("%%writefile memory_job.py")]  # fmt: skip
-    lines = script.splitlines()[1:]
-    return {
-        place: next(i + 1 for i, line in enumerate(lines) if f"KEPT.append({name}." in line)
-        for place, name in {"forward": "x", "loss": "output"}.items()
-    }
+    return {place: int(kept_line(memory_job, place).rpartition(":")[2]) for place in KEPT_IN}
 
 
 def textbook_bubble(base) -> Callable[[int], dict]:
@@ -728,6 +723,7 @@ def right_evidence(
     mesh_straggler,
     hidden_slow_stage,
     hidden_leak,
+    kept_lines,
     tmp_path_factory,
 ) -> dict[str, tuple[Any, dict]]:
     """For every exercise, a right answer and the evidence it was found from."""
@@ -789,7 +785,7 @@ def right_evidence(
             {"base": lesson_run("pipeline-gpipe-4"), "seed": 0},
         ),
         "14.1": (
-            {"rank": 1, "mib_per_step": 1.0, "line": kept_lines()["forward"]},
+            {"rank": 1, "mib_per_step": 1.0, "line": kept_lines["forward"]},
             {"run": hidden_leak},
         ),
         "14.2": (2 * 4 * (1024 * 1024 + 1024) * 4 / 2**20 / 2, {"run": lesson_run("memory-wide")}),
@@ -1557,14 +1553,14 @@ WRONG_14 = [
 ]  # fmt: skip
 
 
-def test_14_1_takes_the_line_as_the_traces_write_it(hidden_leak):
-    line = f"memory_job.py:{kept_lines()['forward']}"
+def test_14_1_takes_the_line_as_the_traces_write_it(hidden_leak, kept_lines):
+    line = f"memory_job.py:{kept_lines['forward']}"
     said = evaluate("14.1", {"rank": 1, "mib_per_step": 1.0, "line": line}, run=hidden_leak)
     assert accepted(said)
 
 
 def test_a_blind_guess_at_14_1_passes_one_run_in_32_with_one_hint_for_every_wrong_answer(
-    hidden_leak,
+    hidden_leak, kept_lines
 ):
     from helpers.exercises.hidden import LEAK_MIB
 
@@ -1572,7 +1568,7 @@ def test_a_blind_guess_at_14_1_passes_one_run_in_32_with_one_hint_for_every_wron
         evaluate("14.1", {"rank": rank, "mib_per_step": mib, "line": line}, run=hidden_leak)
         for rank in (0, 1)
         for mib in LEAK_MIB
-        for line in kept_lines().values()
+        for line in kept_lines.values()
     ]
     assert len(said) == 32 and sum(ok for ok, _ in said) == 1
     assert len({hint for ok, hint in said if not ok}) == 1, "a wrong part is never told apart"

@@ -15,10 +15,11 @@ by :func:`helpers.load_memory_categories`: each of its allocations is one of the
 same moment and size), and otherwise inferred from the phase and the life: an allocation freed
 within its phase is ``temporary``; one of the forward freed during the backward an
 ``activation``, and so is one held into the next step and freed there (or, made in the last
-step, not freed before the trace ended), or one never freed of a line that keeps memory of the forward step after step (a copy kept by the learner's code, which
-the profiler calls an activation; a buffer made once is not), but where the learner's own
-statement made it outside any call into torch (``batch = x + 0.0``), held into the next step or
-never freed, that is an ``input``; one of the backward alive at the step's end is a
+step, not freed before the trace ended), or one never freed of a line that keeps memory of the
+forward step after step (a copy kept by the learner's code, which the profiler calls an
+activation; a buffer made once is not), but where the learner's own statement made it outside
+any call into torch (``batch = x + 0.0``), held into the next step or never freed, that is an
+``input``; one of the backward alive at the step's end is a
 ``gradient``, one of the optimizer alive at the step's end ``optimizer state``; anything else
 has none. ``benchmarks/memory_categories.py`` measures how well this agrees with the
 profiler's own.

@@ -2,8 +2,9 @@
 
 A trace's running total counts only what the profiler saw: on the CPU, memory allocated before
 profiling began is not in it, nor are its frees (the profiler warns that it leaves them out);
-a GPU's caching allocator counts everything. So the series reads memory *from a starting point*: what was in use just
-before the first recorded event is zero, and the curve shows what the step added or freed.
+a GPU's caching allocator counts everything. So the series reads memory *from a starting
+point*: what was in use just before the first recorded event is zero, and the curve shows what
+the step added or freed.
 """
 
 from __future__ import annotations
