@@ -24,11 +24,12 @@ __all__ = [
     "file_names",
     "is_run",
     "number",
+    "one_hint",
     "same_value",
     "spelled",
     "whole",
     "whole_numbers",
-    "wrong_delay",
+    "within",
     "wrong_run",
 ]
 
@@ -191,24 +192,30 @@ def close(value: float, truth: float, relative: float, absolute: float) -> bool:
     return abs(value - truth) <= max(absolute, relative * abs(truth))
 
 
-def wrong_delay(said: float | None, delay_ms: float, tolerance: tuple[float, float], right: str, off: str) -> str | None:  # fmt: skip
-    """Whether a hidden delay was read right (exercises 4.2, 10.2, 13.1).
+def within(said: float | None, truth: float | None, tolerance: tuple[float, float]) -> bool:
+    """Whether the learner's number is ``truth`` within ``(relative, absolute)``, as
+    :func:`close` takes them; ``False`` where either is not a number."""
+    return said is not None and truth is not None and close(said, truth, *tolerance)
+
+
+def one_hint(parts_right: Iterable[bool], said_ms: float | None, where_to_look: str) -> str | None:  # fmt: skip
+    """The hint for an answer of several parts with a hidden delay in it (exercises 4.2, 10.2,
+    11.1, 12.2, 13.1, 15.1): the same for every wrong answer, so that a blind search learns
+    nothing from a try but that it was wrong.
 
     Args:
-        said: the learner's delay in ms (``None``: not a number).
-        delay_ms: the delay the exercise hid.
-        tolerance: (relative, absolute), as :func:`close` takes them.
-        right: what the answer got right, to open the hint ("the straggler is right").
-        off: where to read the delay, for a delay that is off.
+        parts_right: whether each part of the answer is right (the rank, the delay...).
+        said_ms: the learner's delay in ms (``None``: not a number).
+        where_to_look: where the traces show each part, never which part was right.
 
     Returns:
-        ``None`` for a right delay, else the hint: the delay given in seconds, or ``off``.
+        ``None`` for an answer right in every part; else a delay under 1 ms is taken as given
+        in seconds (every hidden delay is 40 ms or more: that says nothing of the answer), and
+        any other wrong answer gets ``where_to_look``.
     """
-    if said is not None and close(said * 1000, delay_ms, *tolerance):
-        return f"{right}; give the delay in ms, not seconds"
-    if said is None or not close(said, delay_ms, *tolerance):
-        return f"{right}; the delay is off: {off}"
-    return None
+    if said_ms is not None and 0 < said_ms < 1:
+        return "give the delay in ms, not seconds (0.08 s is 80 ms)"
+    return None if all(parts_right) else where_to_look
 
 
 def predictions(

@@ -34,7 +34,7 @@ import pandas as pd
 
 from ..analysis import shift_ranks
 from ..jobs import BackgroundRun, LaunchError, RunRecord, launch
-from .common import TRAIN_DDP_SCRIPT, arguments, is_run, number, whole, wrong_delay
+from .common import TRAIN_DDP_SCRIPT, arguments, is_run, number, one_hint, whole, within
 
 __all__ = [
     "RENAMED_FILE",
@@ -244,18 +244,17 @@ def judge_hidden_straggler(
         )
     if not isinstance(answer, dict) or {"straggler", "delay_ms"} - set(answer):
         return False, 'answer with a dict {"straggler": ..., "delay_ms": ...}'
-    if whole(answer["straggler"]) != slow_rank:
-        return False, (
-            "not that rank: the straggler is the rank that waits least in collectives, "
-            "everyone is already there when it arrives (find_straggler); on a busy machine the "
-            "waits later in a step swing either way, so count the step's first collectives "
-            "(find_straggler's names=), where a late batch shows, or see whose data loading grew"
-        )
     said = number(answer["delay_ms"])
-    hint = wrong_delay(said, delay_ms, DELAY_TOLERANCE, "the straggler is right", (
-        "read it within this run, e.g. its data-loading time per step against the others', "
-        "or how much longer the other ranks wait than it does in the collective it reaches late"
-    ))  # fmt: skip
+    hint = one_hint(
+        [whole(answer["straggler"]) == slow_rank, within(said, delay_ms, DELAY_TOLERANCE)],
+        said,
+        "not yet: the straggler is the rank that waits least in collectives: everyone is "
+        "already there when it arrives (find_straggler); on a busy machine the waits later in "
+        "a step swing either way, so count the step's first collectives (find_straggler's "
+        "names=), where a late batch shows, or see whose data loading grew. Its delay: read it "
+        "within this run, e.g. its data-loading time per step against the others', or how much "
+        "longer the other ranks wait than it does in the collective it reaches late",
+    )
     if hint:
         return False, hint
     return True, (

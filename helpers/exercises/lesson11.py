@@ -1,8 +1,8 @@
 """The checks of lesson 11's exercises (``notebooks/11_what_held_each_step.ipynb``; worked in
 ``solutions/11_solutions.ipynb``): the rank and the part of its step that a hidden slowdown
 slowed (:func:`helpers.launch_with_a_hidden_slowdown`), read from the critical path; and a
-what-if of overlapped work at a factor the check draws, where adding the work is wrong, given
-before the check runs the job with that work and compares the runs."""
+what-if of overlapped work at factors the check draws, where moving the step by the change in
+the work is wrong, given before the check runs the job with that work and compares the runs."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from .common import (
     TRAIN_DDP_SCRIPT,
     Check,
     arguments,
-    close,
     is_run,
     number,
+    one_hint,
     predictions,
     whole,
+    within,
 )
 from .hidden import DELAY_TOLERANCE, HIDDEN_SLOWDOWN_EXPERIMENT, SLOWED_PARTS
 
@@ -40,7 +41,7 @@ _LAUNCH_11_1 = "launch_with_a_hidden_slowdown(NPROC, common)"
 def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
     """11.1: ``{"rank": r, "part": "data" | "backward" | "optimizer", "delay_ms": ms}`` of a
     hidden slowdown, the delay to within :data:`DELAY_TOLERANCE`. A blind guess passes one run
-    in 30 on 2 ranks (2 ranks, 3 parts, 5 delays)."""
+    in 30 on 2 ranks (2 ranks, 3 parts, 5 delays), and every wrong answer gets one hint."""
     given = arguments(run) if is_run(run) else {}
     slowed, part = whole(given.get("--slow-rank", -1)), given.get("--slow-part")
     delay = number(given.get("--delay-ms"))
@@ -56,28 +57,32 @@ def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
         return False, 'answer with a dict {"rank": ..., "part": ..., "delay_ms": ...}'
     if answer["part"] not in SLOWED_PARTS:
         return False, f"the part is one of {list(SLOWED_PARTS)}"
-    if whole(answer["rank"]) != slowed or answer["part"] != part:
-        # one hint for any wrong answer: it says where to look, never which half was right
-        return False, (
-            "not that work: the path spends each step's extra time on the slowed rank's work, "
-            "so path_summary(path, ['rank', 'kind']) puts it first among the rows that are "
-            "work (not a transfer or a wake-up); data loading is the batch, compute the "
-            "backward (a hook's sleep shows as BackwardHookFunctionBackward), optimizer the "
-            "optimizer step"
-        )
     said = number(answer["delay_ms"])
-    if said is None or not close(said, delay, *DELAY_TOLERANCE):
-        return False, (
-            "the rank and the part are right; the delay is off: that op's time per step on the "
-            "slowed rank, less the same op's on the other rank (its normal time)"
-        )
+    hint = one_hint(
+        [
+            whole(answer["rank"]) == slowed,
+            answer["part"] == part,
+            within(said, delay, DELAY_TOLERANCE),
+        ],  # fmt: skip
+        said,
+        "not yet: each part runs as one op, the batch as the DataLoader's __next__, the "
+        "backward's sleep inside the hook around layer3 (BackwardHookFunctionBackward), the "
+        "optimizer as Optimizer.step. On the path by rank and op (path_summary(path, "
+        "['rank', 'name'])), the slowed one holds tens of ms a step and the other two hardly "
+        "any: compare those three ops, not kinds (a rank's compute can hold more than the "
+        "delay). The delay is that op's time per step on the slowed rank less the same op's "
+        "on the other rank",
+    )
+    if hint:
+        return False, hint
     return True, f"rank {slowed}'s {part} was slowed by {delay:g} ms a step, and the path says so"
 
 
 #: The pairs of factors exercise 11.2's check draws (one pair): rank 0's overlapped work at that
-#: many times its 40 ms, past rank 1's 60 ms late batch, 40 ms apart so that no one number is
-#: within the noise of both runs.
-WORK_FACTORS = ((2.5, 3.5), (2.75, 3.75), (3.0, 4.0))
+#: many times its 40 ms, one below 1.5 (the work still ends before rank 1's 60 ms late batch:
+#: the step does not move) and one past it (the work holds the step): no straight line in the
+#: factor, and no one number, is within the noise of both runs.
+WORK_FACTORS = ((0.5, 3.5), (0.75, 2.75), (1.25, 3.0))
 
 
 def _in_ms(said: Any, factor: float) -> tuple[float | None, str]:
@@ -95,8 +100,9 @@ def _predicted_before_the_run(
     both predictions, then runs the job with that much work (the runs come after the
     predictions, so no measurement can be copied into them) and compares each run with
     ``slow`` (:func:`helpers.compare_runs`): right when each prediction is within the noise of
-    its run. Adding the extra work to the step is wrong here, and is said so. ``seed``: the
-    tests' choice of pair."""
+    its run. Moving the step by the change in the work is wrong here, and is said so; so is a
+    straight line in the factor, which the pair's factor below 1.5 refutes. ``seed``: the tests'
+    choice of pair."""
     if not is_run(slow) or slow.script != OVERLAP_SCRIPT or number(arguments(slow).get("--overlap-ms")) != 40:  # fmt: skip
         return False, 'hand the check the lesson\'s overlap run: check("11.2", predict, slow=runs[40])'  # fmt: skip
     if not callable(answer):
@@ -112,30 +118,29 @@ def _predicted_before_the_run(
         run = launch(slow.script, nproc=slow.nproc, experiment=f"overlap-{work:g}", cpu=True, echo=False, args=["--overlap-ms", f"{work:g}"])  # fmt: skip
         row = compare_runs(before, load_run(run).events, prediction=pd.Series([guess] * 7)).prediction.iloc[0]  # fmt: skip
         right &= within_noise(row)
-        said.append((factor, guess, row, step + work - 40))
+        said.append((factor, guess, row, step + work - 40))  # moved by the change
     if not right:
-        if all(abs(guess - added) < 5 for _, guess, _, added in said):
+        if all(abs(guess - moved) < 5 for _, guess, _, moved in said):
             return False, (
-                "that adds the extra work to the step: rank 0's 40 ms of work ended about 20 ms "
-                "before rank 1's late batch came, so the first 20 ms of the extra work only fill "
-                "that wait; what_if replays the run with the work at factor= times its time"
+                "that moves the step by the change in the work: rank 0's 40 ms of work ended "
+                "about 20 ms before rank 1's late batch came, so less work buys nothing and the "
+                "first 20 ms of more only fill that wait; what_if replays the run with the work "
+                "at factor= times its time"
             )
         if len({round(guess) for _, guess, _, _ in said}) == 1:
             return False, "your prediction does not change with the work: past rank 1's 60 ms, rank 0's work is on the path"  # fmt: skip
-        return (
-            False,
-            "not within the noise of the runs (is it the median of the steps after the replay settled, the last four?): "
-            + "; ".join(
-                f"{factor:g}x: predicted {guess:.0f} ms, measured {row['measured_ms']:.0f} ms"
-                for factor, guess, row, _ in said  # fmt: skip
-            ),
+        off = " and ".join(f"{factor:g}x" for factor, _, row, _ in said if not within_noise(row))
+        return False, (  # the measured steps are not said: a prediction could be fitted to them
+            f"not within the noise of the run with {off} the work: is it what_if's replay with "
+            "rank 0's overlapped work at factor= times its time, read as the median of the "
+            "steps after the replay settled (the last four)?"
         )
     return True, "; ".join(
         f"{factor:g}x the work: you predicted {guess:.0f} ms, the run measured "
-        f"{row['measured_ms']:.0f} ms (within ±{row['noise_ms']:.0f} ms of noise); adding the "
-        f"extra work to the step said {added:.0f} ms ({added - row['measured_ms']:+.0f} ms: "
-        "its first part only filled rank 0's wait for rank 1's late batch)"
-        for factor, guess, row, added in said
+        f"{row['measured_ms']:.0f} ms (within ±{row['noise_ms']:.0f} ms of noise); moving the "
+        f"step by the change in the work said {moved:.0f} ms ({moved - row['measured_ms']:+.0f} "
+        "ms: rank 0's work filled a wait for rank 1's late batch)"
+        for factor, guess, row, moved in said
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..hangs import FlightRecorderError, group_descriptions, group_members, load_flight_records
-from .common import Check, arguments, close, is_run, number, whole, wrong_run
+from .common import Check, arguments, is_run, number, one_hint, whole, within, wrong_run
 from .hidden import (
     DELAY_TOLERANCE,
     HIDDEN_STALL_EXPERIMENT,
@@ -49,7 +49,8 @@ def _where_the_others_wait(
 def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
     """12.1: ``{"group": name, "seq": n, "rank": r, "waiting": {rank: group}}`` of a hidden
     stall: the tp group of the stalled rank, the group's own number of the collective it never
-    called, the rank, and the group where each other rank waits."""
+    called, the rank, and the group where each other rank waits. Every wrong answer gets one
+    hint: a blind guess of the rank and the step passes one run in 24."""
     given = arguments(run) if is_run(run) else {}
     stalled, step = whole(given.get("--bug-rank", -1)), whole(given.get("--bug-step", -1))
     if not is_run(run) or run.experiment != HIDDEN_STALL_EXPERIMENT or stalled is None:
@@ -62,59 +63,31 @@ def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
     if not isinstance(answer, dict) or {"group", "seq", "rank", "waiting"} - set(answer):
         return False, 'answer with a dict {"group": ..., "seq": ..., "rank": ..., "waiting": ...}'
     rank, seq, group = whole(answer["rank"]), whole(answer["seq"]), str(answer["group"])
-    if rank != stalled:
-        return False, (
-            "that rank called the collective and waits: a rank missing from a group because "
-            "it waits in another group is a victim; group_states(records) says where each "
-            "missing rank waits"
-        )
-    if group != tp:
-        in_dp = descs.get(group) == "dp" and stalled in members.get(group, [])
-        return False, (
-            f"rank {stalled} is missing there too, but it stopped before its tp all-reduce, "
-            "which comes first in each step"
-            if in_dp
-            else "not that group: the hang began in the group whose missing rank waits in no "
-            "other group (section 2)"
-        )
-    if seq == 2 * step - 1:
-        return False, (
-            "that counts the rank's collectives across both of its groups; each group numbers "
-            "its own, from 1"
-        )
-    if seq != step:
-        return False, f"not that collective: group {tp}'s own sequence number where it parts"
+    waiting = answer["waiting"]
+    if not isinstance(waiting, dict):
+        return False, '"waiting": a dict {rank: group} of where each of the other three ranks waits'
+    said = {whole(r): str(g) for r, g in waiting.items()}
     expected = _where_the_others_wait(stalled, tp, members, descs)
-    return _the_others_wait(
-        answer["waiting"], stalled, expected, f"collective {step} of its tp group {tp}"
-    )
-
-
-def _the_others_wait(
-    waiting: Any, stalled: int, expected: dict[int, str], began: str
-) -> tuple[bool, str]:
-    """12.1's last part: ``{rank: group}`` for every rank but the stalled one."""
-    said = {whole(r): str(g) for r, g in waiting.items()} if isinstance(waiting, dict) else {}
-    if stalled in said:
-        return False, f"rank {stalled} waits nowhere: it stopped; say where the other three wait"
-    if set(said) != set(expected):
-        return False, f'"waiting": a dict of the group each of ranks {sorted(expected)} waits in'
-    for rank, group in sorted(said.items()):
-        if group != expected[rank]:
-            return False, (
-                f"rank {rank} does not wait in group {group}: a rank waits in the collective of "
-                "its last entry in the dumps (group_states(records) lists each group's waiting "
-                "ranks)"
-            )
+    hint = one_hint([rank == stalled, group == tp, seq == step, said == expected], None, (
+        "not yet: the hang began in the group whose missing rank waits in no other group "
+        "(section 2): that rank stopped, where a rank missing from a group because it waits "
+        "in another is a victim (group_states(records) says where each missing rank waits). "
+        "The collective is that group's own sequence number where its ranks part: each group "
+        "numbers its own, from 1, not across a rank's groups. Each other rank waits in the "
+        "collective of its last entry in the dumps"
+    ))  # fmt: skip
+    if hint:
+        return False, hint
     where = ", ".join(f"rank {r} in group {g}" for r, g in sorted(expected.items()))
-    return True, f"rank {stalled} stopped before {began}; {where}"
+    return True, f"rank {stalled} stopped before collective {step} of its tp group {tp}; {where}"
 
 
 def _stragglers_per_group(answer: Any, run: Any) -> tuple[bool, str]:
     """12.2: ``{"stragglers": {group name: straggler rank or None}, "delay_ms": ms}`` for a run
     of mesh_job.py with one rank slowed at random before its tp all-reduce: each group's
     straggler, and how late the slow rank is per step (to within :data:`DELAY_TOLERANCE`). A
-    blind guess of the stragglers passes one run in four, with the delay one in 28."""
+    blind guess of the stragglers passes one run in four, with the delay one in 28; every wrong
+    answer gets one hint."""
     wrong = wrong_run(run, MESH_SCRIPT, {"--profile": None}, nproc=4)
     given = arguments(run) if is_run(run) else {}
     slow, delay = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms"))
@@ -137,19 +110,16 @@ def _stragglers_per_group(answer: Any, run: Any) -> tuple[bool, str]:
         for g, ranks in members.items()
     }
     said = {str(g): (None if r is None else whole(r)) for g, r in said_groups.items()}
-    if said != expected:  # one hint for every wrong set: where to look, not which group is off
-        return False, (
-            "not every group's straggler: in each group it is the rank the others wait for "
-            "(waiting_per_group's straggler, where others_wait_ms is a delay; None where it is "
-            "a fraction of a millisecond beside the other groups'), and a rank that waited in "
-            "one group arrives late at the next"
-        )
     ms = number(answer["delay_ms"])
-    if ms is None or delay is None or not close(ms, delay, *DELAY_TOLERANCE):
-        return False, (
-            "the stragglers are right; the delay is off: how long the slow rank's tp partner "
-            "waits for it per step (others_wait_ms in its tp group), in ms"
-        )
+    hint = one_hint([said == expected, within(ms, delay, DELAY_TOLERANCE)], ms, (
+        "not yet: in each group the straggler is the rank the others wait for "
+        "(waiting_per_group's straggler, where others_wait_ms is a delay; None where it is a "
+        "fraction of a millisecond beside the other groups'), and a rank that waited in one "
+        "group arrives late at the next. The delay: how long the slow rank's tp partner waits "
+        "for it per step (others_wait_ms in its tp group), in ms"
+    ))  # fmt: skip
+    if hint:
+        return False, hint
     return True, (
         f"rank {slow} is {delay:g} ms late in its tp group; then it and rank {partner} are both "
         "late to their dp groups, and the other tp group waits for nobody"

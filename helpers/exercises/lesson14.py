@@ -10,7 +10,7 @@ from typing import Any
 
 from ..analysis import alive_at_peak, allocation_lives, memory_growth
 from ..traces import TraceError, load_memory, load_run
-from .common import Check, arguments, close, is_run, number, whole
+from .common import Check, arguments, close, is_run, number, one_hint, whole, within
 from .hidden import HIDDEN_LEAK_EXPERIMENT, MEMORY_SCRIPT
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS"]
@@ -61,12 +61,13 @@ def _a_leak_found_from_the_traces(answer: Any, run: Any) -> tuple[bool, str]:
         return False, "this run's traces show no growth: was it launched with common?"
     kept = _line_number(str(growth.iloc[0]["line"]))
     truth = (whole(given["--keep-rank"]), number(given.get("--keep-mib", 1.0)))
-    if rank != truth[0] or not close(mib, truth[1], MIB_TOLERANCE, 0.0) or line != kept:
-        return False, (
-            "not yet: pair each allocation with its free, then look for what one rank "
-            "allocates in every step and never frees: its size a step, and the line of "
-            "your code around it (sections 3 and 4)"
-        )
+    hint = one_hint([rank == truth[0], within(mib, truth[1], (MIB_TOLERANCE, 0.0)), line == kept], None, (
+        "not yet: pair each allocation with its free, then look for what one rank allocates in "
+        "every step and never frees: its size a step, and the line of your code around it "
+        "(sections 3 and 4)"
+    ))  # fmt: skip
+    if hint:
+        return False, hint
     return True, f"rank {rank} keeps {truth[1]:g} MiB a step, allocated at memory_job.py:{kept}"
 
 

@@ -12,7 +12,17 @@ from typing import Any
 
 import pandas as pd
 
-from .common import TRAIN_DDP_SCRIPT, Check, arguments, close, is_run, number, whole, whole_numbers
+from .common import (
+    TRAIN_DDP_SCRIPT,
+    Check,
+    arguments,
+    is_run,
+    number,
+    one_hint,
+    whole,
+    whole_numbers,
+    within,
+)
 from .hidden import DELAY_TOLERANCE, HIDDEN_STRAGGLER_EXPERIMENT
 
 __all__ = ["CHECKS", "SCRIPTS", "FLAGS", "NOT_PROFILED", "past_reports"]
@@ -37,7 +47,7 @@ def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
     """15.1: ``{"straggler": rank or "not profiled", "delay_ms": ms}``: the slowed rank of a job
     profiled on some of its ranks (or "not profiled" when it left no trace), and its delay per
     step to within :data:`DELAY_TOLERANCE`. A blind guess passes one run in 21 (one of 3 ranks,
-    one of the 7 :data:`FEW_RANKS_DELAYS_MS`)."""
+    one of the 7 :data:`FEW_RANKS_DELAYS_MS`), and every wrong answer gets one hint."""
     hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
     profiled = _profiled(run) if is_run(run) else None
     given = arguments(run) if is_run(run) else {}
@@ -52,22 +62,22 @@ def _the_straggler_from_a_report(answer: Any, run: Any) -> tuple[bool, str]:
     said = straggler.strip().lower() if isinstance(straggler, str) else whole(straggler)
     if said is None or (isinstance(said, str) and said != NOT_PROFILED):
         return False, shape
-    if slowed in profiled and said != slowed:
-        return False, (
-            "not that: one rank profiled takes far longer to load its batches than the other "
-            "(time per kind), or none does; whose data loading stands out?"
-        )
-    if slowed not in profiled and not (said == NOT_PROFILED or said == slowed == unprofiled[0]):
-        return False, (
-            "every rank profiled waits and none loads its batches slowly: none of them is the one "
-            "they wait for. Read the report's section 'What the traces cannot tell', after what held the steps"
-        )
-    if delay is None or number(answer["delay_ms"]) is None or not close(number(answer["delay_ms"]), delay, *DELAY_TOLERANCE):  # fmt: skip
-        return False, (
-            "the straggler is right; the delay is off: per step, a profiled straggler's data "
-            "loading (time per kind, over the steps profiled), else the waiting of the rank "
-            "profiled that waits least (the others also wait for each other on shared cores)"
-        )
+    ms = number(answer["delay_ms"])
+    if slowed in profiled:
+        named = said == slowed
+    else:  # the rank not profiled, by its number too where it is the only one
+        named = said == NOT_PROFILED or said == slowed == unprofiled[0]
+    hint = one_hint([named, within(ms, delay, DELAY_TOLERANCE)], ms, (
+        "not yet: where one rank profiled takes far longer to load its batches than the other "
+        "(time per kind), it is the straggler; where every rank profiled waits and none loads "
+        "its batches slowly, none of them is the one they wait for: read the report's section "
+        "'What the traces cannot tell', after what held the steps. The delay per step: a "
+        "profiled straggler's data loading (time per kind, over the steps profiled), else the "
+        "waiting of the rank profiled that waits least (the others also wait for each other "
+        "on shared cores)"
+    ))  # fmt: skip
+    if hint:
+        return False, hint
     if slowed in profiled:
         return True, f"rank {slowed}: profiled, and its batches are {delay:g} ms slow"
     return True, (
