@@ -595,3 +595,24 @@ def test_stream_waits_that_do_not_say_what_they_waited_for_are_followed_by_their
 def test_each_dependencys_code_is_its_place_in_the_registry():
     assert [d.code for d in DEPENDENCIES] == list(range(len(DEPENDENCIES)))
     assert len({d.name for d in DEPENDENCIES}) == len(DEPENDENCIES)
+
+
+@pytest.mark.parametrize("data", ["h200-streams", "pipeline-gpipe-3", "mesh-straggler"])
+def test_each_builder_makes_only_the_dependencies_it_declares(data, monkeypatch):
+    from helpers.analysis.path import builders
+
+    made: dict[str, set] = {}
+
+    def watched(builder):
+        def build(run):
+            found = builder.build(run)
+            made.setdefault(builder.build.__name__, set()).update(e.dependency for e in found)
+            return found
+
+        return builders.Builder(build, builder.makes)
+
+    declared = {b.build.__name__: set(b.makes) for b in builders.BUILDERS}
+    monkeypatch.setattr(builders, "BUILDERS", tuple(watched(b) for b in builders.BUILDERS))
+    lane_intervals(load_run(REPO / "tests" / "data" / data, cache=False).events)
+    assert made.keys() == declared.keys()
+    assert all(made[name] <= declared[name] for name in made), made

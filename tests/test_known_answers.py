@@ -207,7 +207,7 @@ def test_the_known_answers_cover_every_kind_of_dependency():
     assert {kind for *_, kind in KNOWN.values()} == {d.name for d in DEPENDENCIES}
 
 
-@pytest.mark.parametrize("builder", builders.BUILDERS, ids=lambda b: b.__name__)
+@pytest.mark.parametrize("builder", builders.BUILDERS, ids=lambda b: b.build.__name__)
 def test_dropping_any_builder_fails_a_known_answer(tmp_path, monkeypatch, builder):
     monkeypatch.setattr(builders, "BUILDERS", tuple(b for b in builders.BUILDERS if b is not builder))  # fmt: skip
     failed = []
@@ -216,7 +216,7 @@ def test_dropping_any_builder_fails_a_known_answer(tmp_path, monkeypatch, builde
         folder.mkdir()
         if predicted(folder, ranks, change) != pytest.approx(expected, abs=1e-6):
             failed.append(case)
-    assert failed, f"without {builder.__name__}, every known answer still holds"
+    assert failed, f"without {builder.build.__name__}, every known answer still holds"
 
 
 def test_without_the_machines_cores_a_what_if_keeps_every_op_as_long_as_it_was(tmp_path):

@@ -319,3 +319,38 @@ def test_the_path_strung_rank_by_rank_covers_every_step_when_the_clocks_disagree
     summary = summary_of(parts)
     walls_ms = sum(hi - lo for _, lo, hi in step_windows(summary.steps)) / 1e3
     assert summary.path_summary()["ms"].sum() == pytest.approx(walls_ms, rel=1e-6)
+
+
+def test_a_builder_across_ranks_added_to_the_list_builds_both_graphs(tmp_path, monkeypatch):
+    from helpers.analysis.path import builders
+    from helpers.analysis.path.dependencies import TRANSFER
+    from helpers.analysis.path.from_rank_parts import ports_graph
+    from helpers.analysis.path.graph import Edges
+    from helpers.analysis.path.lanes import lane_intervals
+
+    folder = _replayed("ddp", tmp_path)
+    events = load_run(folder, cache=False).events
+    summary = summarise_run(folder, workers=1, cache=False, progress=False)
+
+    def both_graphs() -> list:
+        whole = lane_intervals(events).graph
+        return [whole, ports_graph(summary.ports, summary.collectives).graph]
+
+    before, made = both_graphs(), []
+
+    def from_each_collectives_start(run):  # a new dependency across ranks, in name only
+        rows = run.rows("collective")
+        made.append(len(rows))
+        return [Edges.of(2 * rows, 2 * rows + 1, TRANSFER, 0.0)]
+
+    added = builders.Builder(from_each_collectives_start, (TRANSFER,))
+    monkeypatch.setattr(builders, "BUILDERS", (*builders.BUILDERS, added))  # one row, no other edit
+    after = both_graphs()
+    assert len(made) == 2 and min(made) > 0
+    assert [len(a.source) - len(b.source) for a, b in zip(after, before)] == made
+
+
+def test_only_the_builders_whose_dependencies_join_ranks_build_the_graph_across_ranks():
+    from helpers.analysis.path.builders import BUILDERS, receive_edges, transfer_edges
+
+    assert [b.build for b in BUILDERS if b.across] == [transfer_edges, receive_edges]

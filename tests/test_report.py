@@ -617,7 +617,8 @@ def test_a_cycle_in_the_graph_of_a_run_reaches_the_report_as_a_caution(tmp_path,
     def a_cycle(run):  # the ends of the first two intervals, each waiting for the other
         return [Edges.of([1, 3], [3, 1], WAKE_UP)]
 
-    monkeypatch.setattr(builders, "BUILDERS", (*builders.BUILDERS, a_cycle))
+    cycle = builders.Builder(a_cycle, (WAKE_UP,))
+    monkeypatch.setattr(builders, "BUILDERS", (*builders.BUILDERS, cycle))
     said = build_report(small_run(tmp_path)).section("What the traces cannot tell").text
     assert "holds 1 cycle(s) of moments that wait, through their edges, for themselves" in said
     assert "(wake-up; the first among" in said and "keep their measured times" in said

@@ -45,8 +45,8 @@ from ..traces.rank_files import (
 )
 from .arrival import GPU_SYNCS
 from .collectives import NCCL_KERNELS, collective_waits, find_straggler, waiting_per_step
-from .path.by_rank import CHAIN_COLUMNS, PORT_COLUMNS, RankAsked, rank_part
-from .path.strung import path_summary_of_parts
+from .path.from_rank_parts import path_summary_of_parts
+from .path.rank_part import CHAIN_COLUMNS, PORT_COLUMNS, RankAsked, rank_part
 from .steps import step_times, time_per_kind
 
 __all__ = [
@@ -63,7 +63,7 @@ class RunSummary:
     """What :func:`summarise_run` kept of a run: ``steps`` and ``collectives`` (those events of
     every rank, with every column of the loader), ``kind_ms`` (time per kind, one row per rank),
     ``pieces`` and ``ports`` (each rank's part of the critical path,
-    :func:`helpers.analysis.path.by_rank.rank_part`: its pieces by rank, every rank's ports in
+    :func:`helpers.analysis.path.rank_part.rank_part`: its pieces by rank, every rank's ports in
     one table), the ``files`` read and their ``bytes``,
     each file's ``headers`` (as :func:`helpers.load_run` gives them), and how to read a rank
     again (``cache``, and the ``given`` rank of each file, where the caller gave one)."""
@@ -105,7 +105,7 @@ class RunSummary:
 
     def path_summary(self, leave_out: Sequence[int] = ()) -> pd.DataFrame:
         """:func:`helpers.path_summary` by kind and name of the run's critical path, strung
-        together from each rank's part (:mod:`helpers.analysis.path.strung`); the steps in
+        together from each rank's part (:mod:`helpers.analysis.path.from_rank_parts`); the steps in
         ``leave_out`` left out. A rank whose part the whole run takes otherwise than the rank
         read alone did is read once more (:meth:`part_again`), where its file is known."""
         again = self.part_again if self.headers else None
@@ -123,7 +123,7 @@ def kept_of_rank(events: pd.DataFrame, path: bool = True) -> tuple[pd.DataFrame,
     (gloo's and NCCL's CPU spans, NCCL kernels, and the CUDA synchronisations on their threads
     that say when a rank's data was ready, :func:`helpers.analysis.arrival.data_ready`), its
     row of time per kind and its part of the critical path (its pieces and its ports,
-    :func:`helpers.analysis.path.by_rank.rank_part`; none without ``path``)."""
+    :func:`helpers.analysis.path.rank_part.rank_part`; none without ``path``)."""
     steps = events[(events["kind"] == "step").to_numpy()]
     communication = (events["kind"] == "communication").to_numpy()
     lanes = events.loc[communication, "lane"].astype(str).unique()

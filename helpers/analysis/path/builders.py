@@ -29,6 +29,7 @@ each interval's edge from its own start (:func:`own_dependencies`: its own time,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,27 +44,25 @@ from .dependencies import (
     QUEUE,
     RECEIVE,
     SEND,
+    STREAM_WAIT,
+    SYNC,
     TRANSFER,
     UNTRACED,
     WAKE_UP,
     WORK,
+    Dependency,
 )
 from .gpu_waits import BLOCKING_CALLS, blocked_op_edges, stream_wait_edges, sync_edges
-from .gpu_work import last_rows
 from .graph import Edges, Graph
-from .wakers import (
-    IntervalArrays,
-    event_ends,
-    find_wakers,
-    first_row,
-    main_lane_issuers,
-    worker_event_issuers,
-)
+from .interval_arrays import IntervalArrays, first_row, last_rows
+from .wakers import event_ends, find_wakers, main_lane_issuers, worker_event_issuers
 
 __all__ = [
     "WAIT_CALLS",
     "LanesAndEvents",
+    "Builder",
     "BUILDERS",
+    "edges_of",
     "graph_of",
     "own_dependencies",
     "transfer_edges",
@@ -109,8 +108,15 @@ def graph_of(lanes, ev: pd.DataFrame, syncs: pd.DataFrame) -> Graph:
     builder of :data:`BUILDERS` on the intervals of its kind."""
     arrays = IntervalArrays.of(lanes.intervals)
     run = LanesAndEvents(lanes, ev, arrays, syncs, _interval_kinds(lanes, ev, arrays))
-    parts = [edges for build in BUILDERS for edges in build(run)]
+    parts = edges_of(run)
     return Graph.of(parts, lanes.intervals, own_dependencies(run, parts))
+
+
+def edges_of(run: LanesAndEvents, across_ranks: bool = False) -> list[Edges]:
+    """Every edge the builders of :data:`BUILDERS` find in ``run``; ``across_ranks``: only
+    those of the builders whose dependencies join ranks, which the graph of a run read rank by
+    rank joins its ranks with (:func:`.from_rank_parts.ports_graph`)."""
+    return [edges for b in BUILDERS if b.across or not across_ranks for edges in b.build(run)]
 
 
 def _interval_kinds(lanes, ev: pd.DataFrame, arrays: IntervalArrays) -> np.ndarray:
@@ -320,14 +326,32 @@ def cuda_wait_edges(run: LanesAndEvents) -> list[Edges]:
     return sync_edges(run, run.rows("thread wait"))
 
 
-#: The builders, each of the intervals of its kind (see the module).
+@dataclass(frozen=True)
+class Builder:
+    """A builder of the graph: ``build`` finds the edges of the dependencies it ``makes`` (which
+    intervals it looks at, its docstring and the module's list say). One that makes a
+    dependency across ranks (:attr:`.dependencies.Dependency.across`) builds the graph of a run
+    read rank by rank too: adding one is a row of :data:`BUILDERS`, for both graphs."""
+
+    build: Callable[[LanesAndEvents], list[Edges]]
+    makes: tuple[Dependency, ...]
+
+    @property
+    def across(self) -> bool:
+        """Whether its edges may join two ranks."""
+        return any(d.across for d in self.makes)
+
+
+#: The builders, each of the intervals of its kind (see the module): the one list that the graph
+#: of a whole run (:func:`graph_of`) and the graph across ranks of a run read rank by rank
+#: (:func:`.from_rank_parts.ports_graph`) both select from (:func:`edges_of`).
 BUILDERS = (
-    transfer_edges,
-    receive_edges,
-    worker_edges,
-    stream_wait_edges,
-    wake_edges,
-    cuda_wait_edges,
-    blocked_op_edges,
-    completion_edges,
+    Builder(transfer_edges, (TRANSFER,)),
+    Builder(receive_edges, (RECEIVE, SEND)),
+    Builder(worker_edges, (LAUNCH,)),
+    Builder(stream_wait_edges, (STREAM_WAIT,)),
+    Builder(wake_edges, (WAKE_UP,)),
+    Builder(cuda_wait_edges, (SYNC,)),
+    Builder(blocked_op_edges, (SYNC,)),
+    Builder(completion_edges, (COMPLETION,)),
 )

@@ -48,7 +48,8 @@ from ..arrival import GPU_SYNCS
 from .dependencies import STREAM_WAIT, SYNC
 from .gpu_work import FoundEdges, GpuWork, records_by_call, runtime_calls
 from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
-from .wakers import WAKE_TOLERANCE_US, event_ends, find_wakers, first_row
+from .interval_arrays import first_row
+from .wakers import WAKE_TOLERANCE_US, event_ends, find_wakers
 
 __all__ = [
     "sync_edges",

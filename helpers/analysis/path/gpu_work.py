@@ -13,12 +13,12 @@ import pandas as pd
 from ...traces.kinds import GPU_CATEGORIES, name_matches
 from ..intervals import last_open
 from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
-from .wakers import IntervalArrays, launched_on_a_gpu
+from .interval_arrays import IntervalArrays, last_rows
+from .wakers import launched_on_a_gpu
 
 __all__ = [
     "GpuWork",
     "FoundEdges",
-    "last_rows",
     "runtime_calls",
     "records_by_call",
     "launching_ops",
@@ -78,16 +78,6 @@ class GpuWork:
         """The position of the first work launched from ``lane`` after ``t``; -1 for none."""
         mine = np.flatnonzero((self.launch > t) & (self.lane == lane))
         return int(mine[0]) if len(mine) else -1
-
-
-def last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
-    """The last interval row of each of ``events`` (labels); -1 for an event without one."""
-    at = np.flatnonzero(np.isin(arrays.event, events))[::-1]  # read backwards: the last first
-    labels, first = np.unique(arrays.event[at], return_index=True)
-    if not len(labels):
-        return np.full(len(events), -1, dtype=np.int64)
-    where = np.minimum(np.searchsorted(labels, events), len(labels) - 1)
-    return np.where(labels[where] == events, at[first][where], -1).astype(np.int64)
 
 
 def runtime_calls(run, pattern: str | None = None) -> pd.DataFrame:

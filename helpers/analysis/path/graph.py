@@ -1,6 +1,6 @@
 """The dependency graph under the critical path: each moment of a run's lanes and what it waited
 for, one table of edges that the path (:mod:`.walk`), the replay (:mod:`.replay`), the path rank
-by rank (:mod:`.by_rank`), the report and the figure all read.
+by rank (:mod:`.rank_part`), the report and the figure all read.
 
 **Nodes.** Interval ``i`` of :func:`.lanes.lane_intervals` (a stretch of one lane: an op's own
 time, a collective, a gap) has two: ``2i``, its start, and ``2i + 1``, its end.
@@ -31,8 +31,10 @@ be: negative lags, cycles.
 **Adding a dependency** (a receive waiting for its send, say): a row in
 :data:`.dependencies.DEPENDENCIES` (its name is the path's reason; its place in the table breaks
 ties), a builder in :mod:`.builders` (a function of the run's :class:`~.builders.LanesAndEvents`
-and the intervals it may hold, that returns its :class:`Edges`), its place in
-:func:`.builders.graph_of`, and rows of tiny traces and the edges they must give in
+and the intervals it may hold, that returns its :class:`Edges`), its row in
+:data:`.builders.BUILDERS` (which both the whole run's graph and, for a dependency that joins
+ranks, the graph of a run read rank by rank select from), and rows of tiny traces and the edges
+they must give in
 ``tests/test_graph.py``'s ``BUILDERS``, and a case with a known answer in
 ``tests/test_known_answers.py``. The path, the replay, the figure and the report then read it
 with no change: none of them names a dependency.

@@ -4,14 +4,13 @@ kernel's launch, the gloo collective's ``c10d::`` call)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, name_matches
+from .interval_arrays import IntervalArrays
 
-__all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE", "IntervalArrays", "first_row"]
+__all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
 
 #: How close to a waiting interval's end its waker must end (µs, either side): a thread resumes
 #: microseconds after what it waited for, a few ms on a crowded CPU, and gloo's thread may close
@@ -185,25 +184,3 @@ def main_lane_issuers(
         held = at >= 0
         found.update(zip(labels[wanted][held].tolist(), mine[at[held]].tolist()))
     return found
-
-
-@dataclass
-class IntervalArrays:
-    """The intervals' columns as arrays, for the loops that look at them one by one."""
-
-    rank: np.ndarray
-    lane: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    event: np.ndarray
-
-    @classmethod
-    def of(cls, iv: pd.DataFrame) -> IntervalArrays:
-        return cls(*(iv[c].to_numpy() for c in ("rank", "lane_id", "start_us", "end_us", "event")))
-
-
-def first_row(arrays: IntervalArrays, row: int) -> int:
-    """The first interval row of the event whose interval is ``row``."""
-    while row > 0 and arrays.event[row - 1] == arrays.event[row] and arrays.lane[row - 1] == arrays.lane[row]:  # fmt: skip
-        row -= 1
-    return row

@@ -235,7 +235,7 @@ class PathWalker:
     def walk(self, step: int, lane: int, t: float, lo: float, rows: list) -> tuple | None:
         """Walk back from ``t`` on ``lane`` to ``lo``, adding segments to ``rows`` (latest
         first); None at ``lo`` or the lane's beginning, else the :class:`Stop` where a subclass
-        stopped it (:class:`~helpers.analysis.path.by_rank._RankWalker`: where the run decides,
+        stopped it (:class:`~helpers.analysis.path.rank_part._RankWalker`: where the run decides,
         or where an earlier walk went on)."""
         seen: set[tuple[int, float]] = set()
         row = -1

@@ -1,10 +1,10 @@
-"""The critical path of a run read rank by rank, strung from each rank's part (:mod:`.by_rank`).
+"""The critical path of a run read rank by rank, strung from each rank's part (:mod:`.rank_part`).
 
 The ranks meet at their ports: a collective's arrival and end, a send's issue, a receive's
 posting, their waits. :func:`ports_graph` joins every rank's ports with the whole run's edges
-across ranks, made by the very builders of the whole run's graph (:func:`.builders.transfer_edges`,
-:func:`.builders.receive_edges`) and bound by :func:`.graph.binding_edges`, the one rule of the
-last arrival. :func:`path_summary_of_parts` then walks each step back from its last rank's end,
+across ranks, made by the very builders of the whole run's graph that join ranks
+(:func:`.builders.edges_of`), each port's own edge as the whole run's (:func:`.builders.own_dependencies`),
+and bound by :func:`.graph.binding_edges`, the one rule of the last arrival. :func:`path_summary_of_parts` then walks each step back from its last rank's end,
 as :func:`helpers.critical_path` walks the whole run: through a rank's pieces to where they stop,
 across the binding edge there to the rank and port it leads to, and on through that port's
 pieces, adding each piece's time per kind and op. A piece the walk enters or leaves at a moment
@@ -23,12 +23,12 @@ import pandas as pd
 
 from ..collectives import collectives_with_waits, paired_by_guess
 from ..point_to_point import sends_and_receives
-from .builders import LanesAndEvents, receive_edges, transfer_edges
-from .by_rank import CHAIN_COLUMNS, RankAsked
-from .dependencies import BEGIN, COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME, WORK
+from .builders import INTERVAL_KINDS, LanesAndEvents, edges_of, own_dependencies
+from .dependencies import COLLECTIVE_KIND, DEPENDENCIES, UNTRACED, UNTRACED_NAME
 from .graph import Graph
+from .interval_arrays import IntervalArrays
 from .lanes import Lanes, link_instances
-from .wakers import IntervalArrays
+from .rank_part import CHAIN_COLUMNS, RankAsked
 from .walk import last_to_end, step_windows, summary_table
 
 __all__ = ["PortGraph", "ports_graph", "path_summary_of_parts"]
@@ -60,7 +60,7 @@ class PortGraph:
 
 
 def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
-    """The graph across ranks of every rank's ``ports`` (:data:`.by_rank.PORT_COLUMNS`), its
+    """The graph across ranks of every rank's ``ports`` (:data:`.rank_part.PORT_COLUMNS`), its
     collectives matched on every rank as :func:`helpers.collective_waits` matches the run's
     ``collectives`` (every rank's, as :func:`helpers.summarise_run` keeps them), its sends and
     receives paired as :func:`helpers.sends_and_receives` pairs them."""
@@ -85,10 +85,15 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
     })  # fmt: skip
     lanes = Lanes(intervals, pd.DataFrame(), pd.DataFrame(), pairs=pairs)
     _link(lanes, table)
-    run = LanesAndEvents(lanes, ops, IntervalArrays.of(intervals), None, None)
-    own = np.where(table["port"].to_numpy() == "collective", BEGIN.code, WORK.code).astype(np.int8)
-    graph = Graph.of([*transfer_edges(run), *receive_edges(run)], intervals, own)
+    kind_of = np.array([INTERVAL_KINDS.index(_PORT_KINDS[p]) for p in table["port"]], dtype=np.int64)  # fmt: skip
+    run = LanesAndEvents(lanes, ops, IntervalArrays.of(intervals), None, kind_of)
+    parts = edges_of(run, across_ranks=True)  # the whole run's builders that join ranks
+    graph = Graph.of(parts, intervals, own_dependencies(run, parts))
     return PortGraph(table.reset_index(drop=True), graph)
+
+
+#: What each kind of port is, to the builders (:data:`.builders.INTERVAL_KINDS`).
+_PORT_KINDS = {"collective": "collective", "wait": "point to point", "send op": "work", "recv op": "work"}  # fmt: skip
 
 
 def _as_the_run_numbers(coll: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
@@ -146,8 +151,8 @@ def path_summary_of_parts(
     """:func:`helpers.path_summary` by kind and name, from every rank's part of the path.
 
     Args:
-        pieces: each rank's pieces (:func:`.by_rank.rank_part`), by rank.
-        ports: every rank's ports (:func:`.by_rank.rank_part`).
+        pieces: each rank's pieces (:func:`.rank_part.rank_part`), by rank.
+        ports: every rank's ports (:func:`.rank_part.rank_part`).
         steps: every rank's steps, as :func:`helpers.summarise_run` keeps them.
         collectives: every rank's collectives, as :func:`helpers.summarise_run` keeps them.
         leave_out: steps to leave out (a stall or a hang).

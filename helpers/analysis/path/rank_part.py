@@ -9,7 +9,7 @@ posting) the walk of :func:`helpers.critical_path` is made back to where it stop
 collective, a send's or a receive's wait, or where an earlier walk of the rank went on the same
 way), and only its sum per kind and op is kept, cut in *pieces* (where another walk joined it,
 and at the moments it is asked to cut at). With them comes the table of the rank's ports (the
-moments the graph across ranks joins). :mod:`.strung` joins the ranks' ports with the whole
+moments the graph across ranks joins). :mod:`.from_rank_parts` joins the ranks' ports with the whole
 run's edges across ranks and strings the pieces into the path. No two ranks' events are held
 at once.
 """

@@ -1,0 +1,43 @@
+"""A run's intervals (:func:`.lanes.lane_intervals`) as arrays, for the loops of the builders
+that look at them one by one, and an event's first and last interval rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["IntervalArrays", "first_row", "last_rows"]
+
+
+@dataclass
+class IntervalArrays:
+    """The intervals' columns as arrays, for the loops that look at them one by one."""
+
+    rank: np.ndarray
+    lane: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    event: np.ndarray
+
+    @classmethod
+    def of(cls, iv: pd.DataFrame) -> IntervalArrays:
+        return cls(*(iv[c].to_numpy() for c in ("rank", "lane_id", "start_us", "end_us", "event")))
+
+
+def first_row(arrays: IntervalArrays, row: int) -> int:
+    """The first interval row of the event whose interval is ``row``."""
+    while row > 0 and arrays.event[row - 1] == arrays.event[row] and arrays.lane[row - 1] == arrays.lane[row]:  # fmt: skip
+        row -= 1
+    return row
+
+
+def last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
+    """The last interval row of each of ``events`` (labels); -1 for an event without one."""
+    at = np.flatnonzero(np.isin(arrays.event, events))[::-1]  # read backwards: the last first
+    labels, first = np.unique(arrays.event[at], return_index=True)
+    if not len(labels):
+        return np.full(len(events), -1, dtype=np.int64)
+    where = np.minimum(np.searchsorted(labels, events), len(labels) - 1)
+    return np.where(labels[where] == events, at[first][where], -1).astype(np.int64)
