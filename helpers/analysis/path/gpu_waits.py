@@ -85,6 +85,9 @@ def sync_edges(run, rows: np.ndarray) -> list[Edges]:
     calls = calls[np.isin(calls["row"].to_numpy(), rows)]
     if calls.empty:
         return []
+    # each call ends where its lane's last interval of it ends: where a trace's events overlap
+    # without nesting, the lane cuts a call short, and its edges go into that end
+    calls = calls.assign(end_us=arrays.end[calls["row"].to_numpy()])
     stream_syncs = records_by_call(syncs, "Stream Sync")
     event_syncs = records_by_call(syncs, "Event Sync")
     records = runtime_calls(run, _RECORDS)
