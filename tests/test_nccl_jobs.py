@@ -219,21 +219,8 @@ def test_no_cuda_call_waits_for_gpu_work_that_ended_after_its_lane_let_it_go(fol
     assert not _cycles(folder)["dependency"].str.contains("sync").any()
 
 
-#: A thread's wait woken by an event on another thread that ended a few µs after the wait ended
-#: (the waker's tolerance is either side), whose own end the waiting thread's next call woke:
-#: two wake-ups that close a cycle, on 3 of the TorchRec jobs. Strict: the day none is left,
-#: this says so.
-MUTUAL_WAKE_UPS = pytest.mark.xfail(
-    strict=True, reason="two threads' wake-ups that wake each other"
-)
-
-
-@pytest.mark.parametrize(
-    "folder",
-    [
-        pytest.param(f, marks=[MUTUAL_WAKE_UPS] if f.endswith(("-2b", "-3", "-5")) else [])
-        for f in FOLDERS
-    ],  # fmt: skip
-)
+@pytest.mark.parametrize("folder", FOLDERS)
 def test_the_graph_of_a_real_nccl_job_holds_no_cycle(folder):
+    # before: two threads' waits, each woken by the other's end a few µs after its own (the
+    # waker's tolerance is either side), on 3 of the TorchRec jobs
     assert _cycles(folder).empty

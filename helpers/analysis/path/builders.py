@@ -315,7 +315,8 @@ def wake_edges(run: LanesAndEvents) -> list[Edges]:
         return []
     lanes, arrays = run.lanes, run.arrays
     ends = event_ends(lanes.intervals, run.ev, lanes.lanes["gpu"].to_numpy())
-    wakers = find_wakers(arrays, rows, ends, np.zeros(len(rows), dtype=bool))
+    waits = np.isin(run.kind_of, [INTERVAL_KINDS.index("worker wait"), INTERVAL_KINDS.index("thread wait")])  # fmt: skip
+    wakers = find_wakers(arrays, rows, ends, np.zeros(len(rows), dtype=bool), waits)
     woken = wakers >= 0
     return [Edges.of(2 * wakers[woken] + 1, 2 * rows[woken] + 1, WAKE_UP)]
 

@@ -79,14 +79,12 @@ _STREAM_WAITS = r"^cudaStreamWaitEvent$"
 
 def sync_edges(run, rows: np.ndarray) -> list[Edges]:
     """``sync``: for each of ``rows`` (a thread's intervals) that is a CUDA call that blocks, an
-    edge from the end of each GPU work it waited for (see the module)."""
+    edge from the end of each GPU work it waited for (see the module) that ended by the end its
+    lane gives the call (events that overlap without nesting cut a call short there)."""
     arrays, syncs = run.arrays, run.syncs
-    calls = runtime_calls(run, BLOCKING_CALLS)
-    calls = calls[np.isin(calls["row"].to_numpy(), rows)]
+    calls = runtime_calls(run, BLOCKING_CALLS).query("row in @rows")
     if calls.empty:
         return []
-    # each call ends where its lane's last interval of it ends: where a trace's events overlap
-    # without nesting, the lane cuts a call short, and its edges go into that end
     calls = calls.assign(end_us=arrays.end[calls["row"].to_numpy()])
     stream_syncs = records_by_call(syncs, "Stream Sync")
     event_syncs = records_by_call(syncs, "Event Sync")

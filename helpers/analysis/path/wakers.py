@@ -52,7 +52,7 @@ def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict
 _PAIRS_AT_ONCE = 2_000_000
 
 
-def find_wakers(iv: IntervalArrays, rows: np.ndarray, ends: dict, sync: np.ndarray) -> np.ndarray:
+def find_wakers(iv: IntervalArrays, rows: np.ndarray, ends: dict, sync: np.ndarray, waits: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """For each of ``rows``, the interval on another lane of its rank whose event ended closest
     to the row's end (-1: none): after the row began, at most the tolerance (or
     :data:`LONG_WAIT_SHARE` of the row) before its end, and at most the tolerance or the row's own length after it (a span
@@ -69,6 +69,9 @@ def find_wakers(iv: IntervalArrays, rows: np.ndarray, ends: dict, sync: np.ndarr
             and only an event on a CPU thread wakes any other (a thread that is not inside a
             synchronisation call does not wait for the GPU: a kernel that ended near the end
             of its gap is a coincidence).
+        waits: per interval of the run, whether it is itself a wait (None: none is): one
+            wakes a row only if it ended by the row's end (two waits on two threads, each
+            ending just after the other's, would wake each other: a cycle).
     """
     found = np.full(len(rows), -1, dtype=np.int64)
     for rank in np.unique(iv.rank[rows]):
@@ -90,6 +93,8 @@ def find_wakers(iv: IntervalArrays, rows: np.ndarray, ends: dict, sync: np.ndarr
             this_start = iv.start[rows[chunk]][owner]
             distance = np.abs(times[at] - this_end) + np.where(times[at] > this_end, 0.5, 0.0)
             ok = (lanes[at] != this_lane) & (began[at] < this_end) & (gpu[at] == sync[chunk][owner]) & ~(launched[at] >= this_start)  # fmt: skip
+            if waits is not None:
+                ok &= ~(waits[their_rows[at]] & (times[at] > this_end))
             order = np.lexsort((at, np.where(ok, distance, np.inf), owner))
             first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order  # fmt: skip
             first = first[ok[first]]
