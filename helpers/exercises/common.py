@@ -199,13 +199,13 @@ def within(said: float | None, truth: float | None, tolerance: tuple[float, floa
 
 
 def one_hint(parts_right: Iterable[bool], said_ms: float | None, where_to_look: str) -> str | None:  # fmt: skip
-    """The hint for an answer of several parts with a hidden delay in it (exercises 4.2, 10.2,
-    11.1, 12.2, 13.1, 15.1): the same for every wrong answer, so that a blind search learns
+    """The hint for an answer of several parts to a hidden question (exercises 4.2, 10.2, 11.1,
+    12.1, 12.2, 13.1, 14.1, 15.1): the same for every wrong answer, so that a blind search learns
     nothing from a try but that it was wrong.
 
     Args:
         parts_right: whether each part of the answer is right (the rank, the delay...).
-        said_ms: the learner's delay in ms (``None``: not a number).
+        said_ms: the learner's delay in ms (``None``: not a number, or none asked).
         where_to_look: where the traces show each part, never which part was right.
 
     Returns:
