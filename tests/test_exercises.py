@@ -1846,28 +1846,17 @@ def test_11_1s_hint_holds_at_the_smallest_delay_it_draws(part, tmp_path, monkeyp
     # at 60 ms a rank's compute can hold more of the path than the slowed part (95-179 ms a step
     # in three runs), so the hint compares the three ops, not kinds: the slowed one holds about
     # the delay, the other two hardly any (60.3-60.8 against at most 0.6 ms in those runs)
-    import random
-
-    from helpers import (
-        critical_path,
-        launch_with_a_hidden_slowdown,
-        path_summary,
-        script_from_lesson,
-    )
-    from helpers.exercises.hidden import SLOWED_PARTS, STRAGGLER_DELAYS_MS
+    from helpers import critical_path, launch, path_summary, script_from_lesson
+    from helpers.exercises.hidden import STRAGGLER_DELAYS_MS
     from helpers.traces import load_run
 
-    def drawn(seed):  # the part launch_with_a_hidden_slowdown slows with this seed
-        chooser = random.Random(seed)
-        chooser.randrange(2)
-        return chooser.choice(SLOWED_PARTS)
-
-    seed = next(s for s in range(100) if drawn(s) == part)
     script_from_lesson("train_ddp.py", "03_ddp_under_torchrun.ipynb", dest=tmp_path)
     monkeypatch.chdir(tmp_path)
-    common = ["--steps", "9", "--wait", "2", "--warmup", "1", "--active", "6"]
     delay = min(STRAGGLER_DELAYS_MS)
-    run = launch_with_a_hidden_slowdown(2, common, seed=seed, delay_ms=delay, traces_root=tmp_path / "traces")  # fmt: skip
+    # the run launch_with_a_hidden_slowdown makes when it draws rank 1, this part and 60 ms
+    common = ["--steps", "9", "--wait", "2", "--warmup", "1", "--active", "6"]
+    slowed = ["--slow-rank", "1", "--delay-ms", f"{delay:g}", "--slow-part", part]
+    run = launch("train_ddp.py", nproc=2, args=[*common, *slowed], echo=False, traces_root=tmp_path / "traces")  # fmt: skip
     ops = path_summary(critical_path(load_run(run, cache=False).events), ["rank", "name"])
     on_path = {p: ops.loc[ops["name"].str.contains(op), "ms_per_step"] for p, op in OPS_OF_PARTS.items()}  # fmt: skip
     held = {p: float(rows.max()) if len(rows) else 0.0 for p, rows in on_path.items()}

@@ -3,9 +3,10 @@
 The ranks meet at their ports: a collective's arrival and end, a send's issue, a receive's
 posting, their waits. :func:`ports_graph` joins every rank's ports with the whole run's edges
 across ranks, made by the very builders of the whole run's graph that join ranks
-(:func:`.builders.edges_of`), each port's own edge as the whole run's (:func:`.builders.own_dependencies`),
-and bound by :func:`.graph.binding_edges`, the one rule of the last arrival. :func:`path_summary_of_parts` then walks each step back from its last rank's end,
-as :func:`helpers.critical_path` walks the whole run: through a rank's pieces to where they stop,
+(:func:`.builders.edges_of`), each port's own edge as the whole run's
+(:func:`.builders.own_dependencies`), and bound by :func:`.graph.binding_edges`, the one rule of
+the last arrival. :func:`path_summary_of_parts` then walks each step back from its last rank's
+end, as :func:`helpers.critical_path` walks the whole run: through a rank's pieces to where they stop,
 across the binding edge there to the rank and port it leads to, and on through that port's
 pieces, adding each piece's time per kind and op. A piece the walk enters or leaves at a moment
 within it is cut exactly where that moment falls in its first or last segment; elsewhere the rank
