@@ -1527,7 +1527,7 @@ def test_14_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, check_runs):
     assert rejected(said, "one of the lesson's GPipe runs")
 
 
-# -------------------------------------------------------------------------- lesson 16
+# -------------------------------------------------------------------------- lesson 15
 
 WRONG_15 = [
     wrong("15.2", "a replica's state", 32.03, "what a replica holds", run=lesson("memory-wide")),
@@ -1551,6 +1551,8 @@ def test_15_1_takes_the_line_as_the_traces_write_it(hidden_leak, kept_lines):
     said = evaluate("15.1", {"rank": 1, "mib_per_step": 1.0, "line": line}, run=hidden_leak)
     assert accepted(said)
 
+
+# -------------------------------------------------------------------------- lesson 16
 
 WRONG_16 = [
     wrong("16.2", "more ranks than the budget", [0, 8, 20, 21, 24, 25, 26], "at most 6"),

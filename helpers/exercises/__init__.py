@@ -20,8 +20,9 @@ worked solution that stops passing its check fails its notebook; an exercise not
 never raises.
 
 The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson16``
-(``common`` holds what they share, ``hidden`` the helpers that choose an exercise's answer at
-random and keep it for the check). To add the checks of lesson NN:
+(no ``lesson12`` yet: its number is kept for a lesson still to come; ``common`` holds what they
+share, ``hidden`` the helpers that choose an exercise's answer at random and keep it for the
+check). To add the checks of lesson NN:
 
 1. Write ``helpers/exercises/lessonNN.py``: a docstring naming the lesson's notebook
    (``notebooks/NN_*.ipynb``) and its solution (``solutions/NN_solutions.ipynb``); at the top,
