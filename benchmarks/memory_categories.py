@@ -1,7 +1,7 @@
 """Benchmark: the categories inferred by ``allocation_lives`` against the profiler's own memory
 timeline (``export_memory_timeline``), at each rank's peak.
 
-Launches lesson 14's ``memory_job.py`` (written from its notebook) with ``--timeline``, so that
+Launches lesson 15's ``memory_job.py`` (written from its notebook) with ``--timeline``, so that
 each rank writes the profiler's categories beside its trace, in the cases below; reads each
 run twice, once with the profiler's categories and once inferring them; and prints, per case and
 rank, the share of the bytes alive at the peak whose inferred category is the profiler's, with
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the runs go")
     args = parser.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="memory-categories-"))
-    script_from_lesson("memory_job.py", "14_where_the_memory_went.ipynb", dest=root)
+    script_from_lesson("memory_job.py", "15_where_the_memory_went.ipynb", dest=root)
     rows = []
     for name, (job_args, tuned) in CASES.items():
         run = launch(root / "memory_job.py", 2, experiment="categories", cpu=True, echo=False,

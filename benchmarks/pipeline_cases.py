@@ -1,7 +1,7 @@
 """Benchmark: the critical path and the what-if through a pipeline's sends and receives (issue 48).
 Every figure is measured in this one run.
 
-Each case runs a three-stage pipeline on gloo (lesson 13's ``pipeline_job.py``, six micro-batches,
+Each case runs a three-stage pipeline on gloo (lesson 14's ``pipeline_job.py``, six micro-batches,
 the stages' own work none) twice: with one stage slowed by a sleep in every forward (in a
 ``record_function`` of its own, ``slow_layer``), and without the delay. From the
 first run's traces: the share of the slowed op's time that the critical path puts on that stage
@@ -28,7 +28,7 @@ from repeated import run_cases  # noqa: E402
 from helpers import critical_path, load_run, stage_waits, step_times, what_if  # noqa: E402
 from helpers.jobs import launch, script_from_lesson  # noqa: E402
 
-SCRIPT, LESSON = "pipeline_job.py", "13_pipelines.ipynb"
+SCRIPT, LESSON = "pipeline_job.py", "14_pipelines.ipynb"
 #: Per case: the schedule, the slowed stage and its delay (ms per micro-batch's forward).
 CASES = {
     "1F1B, stage 1 slowed 20 ms": ("1f1b", 1, 20),

@@ -9,8 +9,8 @@ repeats' predictions against the median of their runs without the change, and ev
 own error is kept too. Beside them: what two runs of the same job made without the change differ
 by (their median steps), the noise any prediction is held to.
 
-The jobs are the lessons' own scripts (lesson 3's DDP, lesson 10's FSDP2, lesson 12's 2x2 mesh,
-lesson 13's pipelines, written out with ``dist.recv``/``dist.isend`` and run by
+The jobs are the lessons' own scripts (lesson 3's DDP, lesson 10's FSDP2, lesson 13's 2x2 mesh,
+lesson 14's pipelines, written out with ``dist.recv``/``dist.isend`` and run by
 ``torch.distributed.pipelining``) and ``what_if_job.py``; some with more ranks than the machine
 has cores. The two GPU pairs are the series' H200 recordings (``../shared/real-traces/h200``,
 one run each: no GPU here).
@@ -98,11 +98,11 @@ PAIRS = {
         "pipeline", "pipeline_job.py", 3, (*PIPE, "--schedule", "1f1b", "--slow-rank", "1", "--delay-ms", "20", "--delay-name", "slow_layer"), (*PIPE, "--schedule", "1f1b"), 1, "^slow_layer$"),
     "GPipe, 3 stages on 2 cores: stage 2 slowed 15 ms a forward": Pair(
         "pipeline", "pipeline_job.py", 3, (*PIPE, "--schedule", "gpipe", "--slow-rank", "2", "--delay-ms", "15", "--delay-name", "slow_layer"), (*PIPE, "--schedule", "gpipe"), 2, "^slow_layer$"),
-    "1F1B as lesson 13 runs it (10 ms a forward): stage 2 slowed 15 ms a forward": Pair(
+    "1F1B as lesson 14 runs it (10 ms a forward): stage 2 slowed 15 ms a forward": Pair(
         "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--schedule", "1f1b", "--slow-rank", "2", "--delay-ms", "15", "--delay-name", "slow_layer"), (*LESSON_PIPE, "--schedule", "1f1b"), 2, "^slow_layer$"),
-    "GPipe as lesson 13 runs it (10 ms a forward): stage 1 slowed 10 ms a forward": Pair(
+    "GPipe as lesson 14 runs it (10 ms a forward): stage 1 slowed 10 ms a forward": Pair(
         "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--schedule", "gpipe", "--slow-rank", "1", "--delay-ms", "10", "--delay-name", "slow_layer"), (*LESSON_PIPE, "--schedule", "gpipe"), 1, "^slow_layer$"),
-    "1F1B, lesson 13's slowed run: stage 1 slowed 20 ms a forward": Pair(
+    "1F1B, lesson 14's slowed run: stage 1 slowed 20 ms a forward": Pair(
         "pipeline", "pipeline_job.py", 3, (*LESSON_PIPE, "--slow-rank", "1", "--delay-ms", "20", "--delay-name", "slow_layer"), tuple(LESSON_PIPE), 1, "^slow_layer$"),
     "GPipe, 4 micro-batches, sends let go: stage 2 slowed 20 ms a forward": Pair(
         "pipeline", "pipeline_job.py", 3, ("--steps", "6", "--microbatches", "4", "--schedule", "gpipe", "--let-go", "--slow-rank", "2", "--delay-ms", "20", "--delay-name", "slow_layer"), ("--steps", "6", "--microbatches", "4", "--schedule", "gpipe", "--let-go"), 2, "^slow_layer$"),
@@ -130,9 +130,9 @@ GPU_PAIRS = {
 LESSONS = {
     "train_ddp.py": "03_ddp_under_torchrun.ipynb",
     "train_fsdp.py": "10_sharded_training.ipynb",
-    "mesh_job.py": "12_many_process_groups.ipynb",
-    "pipeline_job.py": "13_pipelines.ipynb",
-    "pipelining_job.py": "13_pipelines.ipynb",
+    "mesh_job.py": "13_many_process_groups.ipynb",
+    "pipeline_job.py": "14_pipelines.ipynb",
+    "pipelining_job.py": "14_pipelines.ipynb",
 }
 
 

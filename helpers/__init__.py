@@ -7,7 +7,7 @@ whose ``__init__`` says what it does and what it exports.
 - ``analysis``: questions asked of a run's events (steps, collectives, GPU, clocks, the
   critical path), of a run in memory or summarised rank by rank
 - ``drawing``: per-rank timelines and the other figures of the series
-- ``hangs``: the Flight Recorder's dumps of a hung job, read group by group (lessons 8 and 12)
+- ``hangs``: the Flight Recorder's dumps of a hung job, read group by group (lessons 8 and 13)
 - ``report``: one HTML report of any folder of traces (``python -m helpers.report``)
 - ``live``: a running job's debug servers and the questions asked of them (lesson 9)
 - ``exercises``: the checks of the lessons' exercises, one module per lesson

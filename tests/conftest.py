@@ -258,22 +258,22 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
-#: Lesson 14's memory_job.py keeps its copies in one of two places, each a line of its own.
+#: Lesson 15's memory_job.py keeps its copies in one of two places, each a line of its own.
 KEPT_IN = {"forward": "KEPT.append(x.", "loss": "KEPT.append(output."}
 
 
 @pytest.fixture(scope="module")
 def memory_job(tmp_path_factory) -> Path:
-    """Lesson 14's job, written from its notebook into a folder of the tests' own."""
+    """Lesson 15's job, written from its notebook into a folder of the tests' own."""
     from helpers.jobs import script_from_lesson
 
     folder = tmp_path_factory.mktemp("memory-job")
-    script_from_lesson("memory_job.py", "14_where_the_memory_went.ipynb", dest=folder)
+    script_from_lesson("memory_job.py", "15_where_the_memory_went.ipynb", dest=folder)
     return folder / "memory_job.py"
 
 
 def kept_line(script: Path, place: str) -> str:
-    """``memory_job.py:N``: the line of lesson 14's job (``script``) that keeps a copy in
+    """``memory_job.py:N``: the line of lesson 15's job (``script``) that keeps a copy in
     ``place`` (``forward`` or ``loss``), as the traces name it."""
     lines = script.read_text().splitlines()
     (number,) = [i + 1 for i, line in enumerate(lines) if KEPT_IN[place] in line]

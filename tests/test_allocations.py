@@ -1,5 +1,5 @@
 """Where the memory went, on a real DDP job whose memory is known by construction
-(lesson 14's ``memory_job.py``): one rank keeps a copy of an activation every step and never frees
+(lesson 15's ``memory_job.py``): one rank keeps a copy of an activation every step and never frees
 it. The report must name the rank, the MiB a step and the line; the other rank must not grow."""
 
 import re

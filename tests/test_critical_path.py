@@ -260,7 +260,7 @@ REPLAY_MISSES = {
 
 def _with_groups(events: pd.DataFrame, folder, tmp_path) -> pd.DataFrame:
     """``events`` with each gloo collective's group from the Flight Recorder dumps the
-    recording kept beside its traces (lesson 12's way; none: as they are)."""
+    recording kept beside its traces (lesson 13's way; none: as they are)."""
     dumps = sorted(folder.glob("fr_*.gz"))
     if not dumps:
         return events

@@ -368,7 +368,7 @@ dist.destroy_process_group()
 
 @pytest.mark.slow
 def test_gloos_flight_recorder_records_no_send_or_receive(tmp_path, write_script):
-    # lesson 12, section 6, says so of torch 2.14: a send, a receive and an all-reduce, dumped
+    # lesson 13, section 6, says so of torch 2.14: a send, a receive and an all-reduce, dumped
     script = write_script("sends.py", SENDS_AND_AN_ALL_REDUCE)
     run = launch(script, 2, traces_root=tmp_path, echo=False, timeout=120)
     records = load_flight_records(run.run_dir)

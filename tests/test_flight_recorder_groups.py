@@ -1,5 +1,5 @@
 """Flight Recorder dumps of a job of many process groups, read group by group: real dumps of
-lesson 12's mesh_job.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo), one folder per bug
+lesson 13's mesh_job.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo), one folder per bug
 (rank 3 goes wrong at step 3), made with ``RUN_DIR=tests/data/mesh-hang/<bug> torchrun
 --standalone --nproc-per-node 4 mesh_job.py --bug <bug>``."""
 

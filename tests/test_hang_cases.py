@@ -214,7 +214,7 @@ def test_a_rank_waits_at_its_first_unfinished_collective_not_one_queued_behind_i
 
 
 def test_ranks_that_called_different_collectives_each_wait_for_the_other_first():
-    # lesson 12's mesh_job.py --bug different: rank 3 broadcasts where rank 2 all-reduces
+    # lesson 13's mesh_job.py --bug different: rank 3 broadcasts where rank 2 all-reduces
     chains = wait_chains(load_flight_records(REPO / "tests" / "data" / "mesh-hang" / "different"))
     assert chains[:2] == [
         "rank 2 waits in group 2 (tp)'s all_reduce #3 for rank 3, which called gloo:broadcast "

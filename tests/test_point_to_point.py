@@ -188,11 +188,11 @@ def test_the_what_if_of_a_slowed_stage_predicts_the_stage_without_its_delay(tmp_
 
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory) -> Path:
-    """The traces of a real three-stage 1F1B pipeline on gloo (lesson 13's ``pipeline_job.py``),
+    """The traces of a real three-stage 1F1B pipeline on gloo (lesson 14's ``pipeline_job.py``),
     stage 1 slowed 20 ms in each of its 4 forwards (in ``slow_layer``), the stages' own work
     none, 2 steps recorded."""
     folder = tmp_path_factory.mktemp("pipeline")
-    script_from_lesson("pipeline_job.py", "13_pipelines.ipynb", dest=folder)
+    script_from_lesson("pipeline_job.py", "14_pipelines.ipynb", dest=folder)
     args = ["--steps", "4", "--microbatches", "4", "--slow-rank", "1", "--delay-ms", "20",
             "--delay-name", "slow_layer", "--work-ms", "0"]  # fmt: skip
     run = launch(folder / "pipeline_job.py", 3, args=args, traces_root=folder, echo=False)

@@ -225,7 +225,7 @@ def test_a_cached_pass_without_the_path_is_followed_by_one_that_finds_it(tmp_pat
     assert summarise_run(folder, workers=1, progress=False).pieces
 
 
-#: Lesson 14's sharded runs trace their first step, which the ranks began 33 ms apart (rank 0
+#: Lesson 15's sharded runs trace their first step, which the ranks began 33 ms apart (rank 0
 #: still in the profiler's step() call): the whole run's walk gives those 0.35 ms to
 #: ``profiler.py: step`` and the job's ``<module>`` line on rank 0, the path strung rank by rank
 #: to untraced time. A difference of the two paths' starts, which the craft issue's one function
@@ -242,7 +242,7 @@ def _runs_with_steps() -> list:
         if [p for p in folder.rglob("*.json.gz") if "rank" in p.name or "trace" in p.name]:
             marks = [APART_AT_THE_FIRST_STEP] if folder.parent.name.startswith(("memory-fsdp", "memory-wide")) else []  # fmt: skip
             found.append(pytest.param(folder, id=folder.parent.name, marks=marks))
-    # pipeline-send-in-its-call: a live run of lesson 13's 1F1B job whose send's record ended
+    # pipeline-send-in-its-call: a live run of lesson 14's 1F1B job whose send's record ended
     # in the c10d::send that issued it (the path strung rank by rank lost 120 ms there)
     for name in ("h200-streams", "hang-with-traces", "mesh-straggler", "pipeline-gpipe-3", "pipeline-send-in-its-call"):  # fmt: skip
         found.append(pytest.param(REPO / "tests" / "data" / name, id=name))

@@ -1,5 +1,5 @@
 """Traces of a job of many process groups, each collective matched within its own group: a real
-run of lesson 12's mesh_job.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo) where rank 3 is
+run of lesson 13's mesh_job.py (4 ranks, a 2x2 mesh of tp and dp groups on gloo) where rank 3 is
 40 ms late before its tp all-reduce in every step, made with ``RUN_DIR=tests/data/mesh-straggler
 torchrun --standalone --nproc-per-node 4 mesh_job.py --slow-rank 3 --delay-ms 40 --profile
 --steps 6`` (traces gzipped)."""

@@ -1,4 +1,4 @@
-"""Derive the excerpt of a real 16-GPU hang that lesson 12 reads (its section on a real job).
+"""Derive the excerpt of a real 16-GPU hang that lesson 13 reads (its section on a real job).
 
     python data/nvrx-hang/make_excerpt.py ../shared/real-traces/nvrx-fr
 

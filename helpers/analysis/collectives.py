@@ -150,7 +150,7 @@ def _warn_across_groups(events: pd.DataFrame, matched: pd.DataFrame) -> None:
             f"{int(blind.sum())} collectives do not say which: they were matched by name and "
             "order across the groups, which pairs one group's collective with another's. Give "
             "each its group from the Flight Recorder's dumps (with_groups_from_flight_records, "
-            "lesson 12)",
+            "lesson 13)",
             stacklevel=3,
         )
 

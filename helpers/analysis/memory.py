@@ -26,7 +26,7 @@ __all__ = [
 
 MIB = 2**20
 #: What two runs of one unchanged job differ by in a rank's peak, as a share of it. On
-#: lesson 14's memory_job.py (2 ranks, CPU) ten runs, idle and beside two busy processes, had the
+#: lesson 15's memory_job.py (2 ranks, CPU) ten runs, idle and beside two busy processes, had the
 #: same peaks to the byte; beside the test suite's other workers a few bytes of small
 #: allocations of another thread sometimes fell at the peak, under 0.05 MiB of 11 MiB. 1 % is
 #: well above that and well below any change worth a verdict.

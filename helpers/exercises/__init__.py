@@ -19,9 +19,10 @@ prints the verdict for the learner. With the environment variable ``PDP_CHECKS_M
 worked solution that stops passing its check fails its notebook; an exercise not answered yet
 never raises.
 
-The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson15``
-(``common`` holds what they share, ``hidden`` the helpers that choose an exercise's answer at
-random and keep it for the check). To add the checks of lesson NN:
+The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson16``
+(no ``lesson12`` yet: its number is kept for a lesson still to come; ``common`` holds what they
+share, ``hidden`` the helpers that choose an exercise's answer at random and keep it for the
+check). To add the checks of lesson NN:
 
 1. Write ``helpers/exercises/lessonNN.py``: a docstring naming the lesson's notebook
    (``notebooks/NN_*.ipynb``) and its solution (``solutions/NN_solutions.ipynb``); at the top,
@@ -54,10 +55,10 @@ from . import (
     lesson09,
     lesson10,
     lesson11,
-    lesson12,
     lesson13,
     lesson14,
     lesson15,
+    lesson16,
 )
 from .common import NOT_ANSWERED, Check
 from .hidden import (
@@ -70,7 +71,7 @@ from .hidden import (
     skew_a_node,
     slow_a_rank,
 )
-from .lesson15 import past_reports
+from .lesson16 import past_reports
 
 __all__ = [
     "check",
@@ -103,10 +104,10 @@ LESSONS: tuple[ModuleType, ...] = (
     lesson09,
     lesson10,
     lesson11,
-    lesson12,
     lesson13,
     lesson14,
     lesson15,
+    lesson16,
 )
 
 #: Set to 1 to make :func:`check` raise on a wrong answer (CI runs the solutions so).

@@ -200,7 +200,7 @@ def within(said: float | None, truth: float | None, tolerance: tuple[float, floa
 
 def one_hint(parts_right: Iterable[bool], said_ms: float | None, where_to_look: str) -> str | None:  # fmt: skip
     """The hint for an answer of several parts to a hidden question (exercises 4.2, 10.2, 11.1,
-    12.1, 12.2, 13.1, 14.1, 15.1): the same for every wrong answer, so that a blind search learns
+    13.1, 13.2, 14.1, 15.1, 16.1): the same for every wrong answer, so that a blind search learns
     nothing from a try but that it was wrong.
 
     Args:

@@ -4,12 +4,12 @@ order, or set it themselves.
 
 - :func:`anonymise_traces` (exercise 3.2): a run's trace files get names that say nothing; the
   old names are kept in the run folder (``renamed.json``).
-- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 13.1, 15.1): a run with one rank slowed,
+- :func:`launch_with_a_hidden_straggler` (4.2, 10.2, 14.1, 16.1): a run with one rank slowed,
   the rank and its delay chosen at random (kept in the run's manifest, as its arguments).
-- :func:`launch_with_a_hidden_leak` (14.1): a run of lesson 14's ``memory_job.py`` with one
+- :func:`launch_with_a_hidden_leak` (15.1): a run of lesson 15's ``memory_job.py`` with one
   rank keeping memory every step, the rank, the MiB a step and the place chosen at random
   (kept in the run's manifest, as its arguments).
-- :func:`launch_with_a_hidden_stall` (12.1): a hung run of a 2x2 mesh, one rank stalled at one
+- :func:`launch_with_a_hidden_stall` (13.1): a hung run of a 2x2 mesh, one rank stalled at one
   step, both chosen at random (kept in the run's manifest, as its arguments).
 - :func:`launch_with_a_hidden_slowdown` (11.1): a run with one rank's batches, backward or
   optimizer step slowed, the rank and the part chosen at random (kept likewise).
@@ -74,13 +74,13 @@ HIDDEN_SLOWDOWN_EXPERIMENT = "hidden-slowdown"
 HIDDEN_STALL_EXPERIMENT = "hidden-stall"
 #: The experiment of every run of :func:`launch_with_a_hidden_leak`.
 HIDDEN_LEAK_EXPERIMENT = "hidden-leak"
-#: Lesson 14's job whose memory is known by construction.
+#: Lesson 15's job whose memory is known by construction.
 MEMORY_SCRIPT = "memory_job.py"
 #: The MiB a step a hidden leak keeps (one of them, at random): each more than 1.1 times the one
 #: before, so that no answer within 5 % is right for two; with the rank (one of 2) and the place
 #: (the forward or the loss), a blind guess passes one run in 32.
 LEAK_MIB = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0)
-#: Lesson 12's job of two dimensions: 4 ranks on a 2x2 mesh of tp and dp groups.
+#: Lesson 13's job of two dimensions: 4 ranks on a 2x2 mesh of tp and dp groups.
 MESH_SCRIPT = "mesh_job.py"
 #: What a hidden slowdown slows on its rank (train_ddp.py's ``--slow-part``).
 SLOWED_PARTS = ("data", "backward", "optimizer")
@@ -91,13 +91,13 @@ STRAGGLER_DELAYS_MS = (60, 80, 110, 150, 200)
 #: The delays a hidden straggler gets by script where an exercise asks for a rank among few and
 #: its delay (seven, each more than (1 + tolerance) / (1 - tolerance) times the one before, for the
 #: exercise's tolerance): a blind guess then passes under one run in twenty. Pipeline stages
-#: (13.1, a twentieth: one stage of 3, 1 in 21) and lesson 12's mesh (12.2, a tenth: one
+#: (14.1, a twentieth: one stage of 3, 1 in 21) and lesson 13's mesh (13.2, a tenth: one
 #: straggler of 4, 1 in 28).
 DELAYS_BY_SCRIPT = {
     "pipeline_job.py": (60, 70, 80, 90, 100, 112, 125),
     "mesh_job.py": (40, 52, 65, 81, 101, 126, 158),
 }
-#: Exercise 15.1's delays (3 ranks on 2 cores, 2 of them profiled: smaller ones drown in the
+#: Exercise 16.1's delays (3 ranks on 2 cores, 2 of them profiled: smaller ones drown in the
 #: waiting that sharing makes), seven of them: with the straggler one of 3, a blind guess passes
 #: one run in 21.
 FEW_RANKS_DELAYS_MS = (250, 310, 385, 480, 600, 750, 930)
@@ -200,7 +200,7 @@ def launch_with_a_hidden_slowdown(
 
 
 def launch_with_a_hidden_stall(seed: int | None = None, **options: Any) -> RunRecord:
-    """Launch lesson 12's ``mesh_job.py`` on 4 ranks with one rank stalled before its tp
+    """Launch lesson 13's ``mesh_job.py`` on 4 ranks with one rank stalled before its tp
     all-reduce at one step of 7 (``--bug stall --bug-rank R --bug-step S --steps 7``, R of 0 to
     3 and S of 2 to 7 chosen at random and kept in the run's manifest for the check: a blind
     guess of both passes one run in 24). The job hangs and
@@ -288,7 +288,7 @@ def slow_a_rank(job: BackgroundRun, ms: float = 30.0, seed: int | None = None) -
 def launch_with_a_hidden_leak(
     nproc: int, args: Sequence[str] = (), seed: int | None = None, **options: Any
 ) -> RunRecord:
-    """Launch lesson 14's ``memory_job.py`` with one rank keeping memory every step
+    """Launch lesson 15's ``memory_job.py`` with one rank keeping memory every step
     (``--keep-rank``, ``--keep-mib`` of :data:`LEAK_MIB`, ``--keep-in forward`` or ``loss``), all
     three chosen at random and kept in the run's manifest for the check; the run's experiment is
     always ``hidden-leak``, on the CPU whatever the machine.

@@ -1,140 +1,133 @@
-"""The checks of lesson 13's exercises (``notebooks/13_pipelines.ipynb``; worked in
-``solutions/13_solutions.ipynb``): the stage of a pipeline slowed at random and its delay per
-forward, read from the traces (the delay is in no span of its own); and the bubble and the step
-time of a pipeline at numbers of micro-batches the lesson did not run, predicted by a function
-the check calls with counts it draws, then compared with runs the check makes after."""
+"""The checks of lesson 13's exercises (``notebooks/13_many_process_groups.ipynb``; worked in
+``solutions/13_solutions.ipynb``): in a job of a 2x2 mesh of tensor parallel (tp) and data
+parallel (dp) groups, the group, collective and rank where a hidden stall began, read from the
+Flight Recorder dumps; and each group's straggler and the delay when one rank is slowed at
+random, read from the traces."""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
-from ..analysis import stage_waits, step_times
-from ..jobs import launch
-from ..traces import load_run
-from .common import (
-    Check,
-    arguments,
-    close,
-    is_run,
-    number,
-    one_hint,
-    predictions,
-    whole,
-    within,
+from ..hangs import FlightRecorderError, group_descriptions, group_members, load_flight_records
+from .common import Check, arguments, is_run, number, one_hint, whole, within, wrong_run
+from .hidden import (
+    DELAY_TOLERANCE,
+    HIDDEN_STALL_EXPERIMENT,
+    HIDDEN_STRAGGLER_EXPERIMENT,
+    MESH_SCRIPT,
 )
-from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PIPELINE_SCRIPT", "MICROBATCH_PAIRS"]
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS"]
 
-#: Lesson 13's pipeline of stages, one per rank.
-PIPELINE_SCRIPT = "pipeline_job.py"
-SCRIPTS = (PIPELINE_SCRIPT,)
-FLAGS = ("--schedule", "--microbatches", "--slow-rank", "--delay-ms", "--work-ms")
-_LAUNCH_13_1 = (
-    'launch_with_a_hidden_straggler(3, args=["--microbatches", "4"], script="pipeline_job.py")'
+SCRIPTS = (MESH_SCRIPT,)
+FLAGS = ("--bug", "--bug-rank", "--bug-step", "--slow-rank", "--delay-ms", "--profile", "--steps")
+_LAUNCH_13_1 = "launch_with_a_hidden_stall()"
+_LAUNCH_13_2 = (
+    'launch_with_a_hidden_straggler(4, args=["--profile", "--steps", "6"], script="mesh_job.py")'
 )
-#: How close 13.1's delay must be: a twentieth of it, or 3 ms. Read as the slow stage's median
-#: forward less another stage's, it comes within 1 ms; the slow forward's whole length (the
-#: stage's own 10 ms of work on top) is refused.
-DELAY_TOLERANCE = (0.05, 3.0)
-#: The pairs of micro-batch counts 13.2's check draws (one pair), none the lesson ran (GPipe at 2,
-#: 4 and 6, 1F1B at 12):
-#: each has a small count (3 or 5), where the bubble over m slots, (p - 1) / m, is 10 or more
-#: points off, and a large one (8 or 10), 3 or more slots apart, so no one guess fits both.
-MICROBATCH_PAIRS = ((3, 8), (5, 10), (3, 10), (5, 8))
-#: How close 13.2's predictions must come: the bubble in percentage points (the lesson's own
-#: tolerance against the textbook), the step time as a share of the measured one.
-BUBBLE_POINTS, STEP_SHARE = 6.0, 0.15
 
 
-def _the_slow_stage(answer: Any, run: Any) -> tuple[bool, str]:
-    """13.1: ``{"stage": rank, "delay_ms": ms}`` of a pipeline with one stage's forwards slowed
-    at random, the delay in no span of its own. Every wrong answer gets one hint: a blind guess
-    passes one run in 21 (one stage of 3, one of 7 delays)."""
+def _groups_of(run: Any) -> tuple[dict[str, list[int]], dict[str, str]] | str:
+    """The run's groups ``{name: ranks}`` and ``{name: description}`` from its dumps, or a hint."""
+    try:
+        records = load_flight_records(run.run_dir, expect_ranks=range(4))
+    except FlightRecorderError as err:
+        return f"no usable Flight Recorder dumps in this run ({err}): launch it again"
+    return group_members(records), group_descriptions(records)
+
+
+def _where_the_others_wait(
+    stalled: int, tp: str, members: dict[str, list[int]], descs: dict[str, str]
+) -> dict[int, str]:
+    """Where each rank but the stalled one waits: its tp partner in their tp group; the other
+    tp pair, which finished that all-reduce, each in its dp group (with a rank of the first)."""
+    partner = next(r for r in members[tp] if r != stalled)
+    dp = {r: g for g, ranks in members.items() if descs.get(g) == "dp" for r in ranks}
+    return {r: (tp if r == partner else dp[r]) for r in range(4) if r != stalled}
+
+
+def _where_the_stall_began(answer: Any, run: Any) -> tuple[bool, str]:
+    """13.1: ``{"group": name, "seq": n, "rank": r, "waiting": {rank: group}}`` of a hidden
+    stall: the tp group of the stalled rank, the group's own number of the collective it never
+    called, the rank, and the group where each other rank waits. Every wrong answer gets one
+    hint: a blind guess of the rank and the step passes one run in 24."""
     given = arguments(run) if is_run(run) else {}
-    slow, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
-    hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
-    if not hidden or run.script != PIPELINE_SCRIPT or slow is None or slow < 0 or not delay_ms:
+    stalled, step = whole(given.get("--bug-rank", -1)), whole(given.get("--bug-step", -1))
+    if not is_run(run) or run.experiment != HIDDEN_STALL_EXPERIMENT or stalled is None:
         return False, f"launch the run with {_LAUNCH_13_1} and hand the check that run"
-    if not isinstance(answer, dict) or {"stage", "delay_ms"} - set(answer):
-        return False, 'answer with a dict {"stage": ..., "delay_ms": ...}'
-    said = number(answer["delay_ms"])
-    hint = one_hint([whole(answer["stage"]) == slow, within(said, delay_ms, DELAY_TOLERANCE)], said, (
-        "not yet: a stage that waits is not the slow one. Which stage does the critical path "
-        "spend its time on? Its delay is per forward and has no span of its own: how much "
-        "longer are that stage's forward spans than another stage's?"
+    found = _groups_of(run)
+    if isinstance(found, str):
+        return False, found
+    members, descs = found
+    tp = next(g for g, ranks in members.items() if stalled in ranks and descs.get(g) == "tp")
+    if not isinstance(answer, dict) or {"group", "seq", "rank", "waiting"} - set(answer):
+        return False, 'answer with a dict {"group": ..., "seq": ..., "rank": ..., "waiting": ...}'
+    rank, seq, group = whole(answer["rank"]), whole(answer["seq"]), str(answer["group"])
+    waiting = answer["waiting"]
+    if not isinstance(waiting, dict):
+        return False, '"waiting": a dict {rank: group} of where each of the other three ranks waits'
+    said = {whole(r): str(g) for r, g in waiting.items()}
+    expected = _where_the_others_wait(stalled, tp, members, descs)
+    hint = one_hint([rank == stalled, group == tp, seq == step, said == expected], None, (
+        "not yet: the hang began in the group whose missing rank waits in no other group "
+        "(section 2): that rank stopped, where a rank missing from a group because it waits "
+        "in another is a victim (group_states(records) says where each missing rank waits). "
+        "The collective is that group's own sequence number where its ranks part: each group "
+        "numbers its own, from 1, not across a rank's groups. Each other rank waits in the "
+        "collective of its last entry in the dumps"
+    ))  # fmt: skip
+    if hint:
+        return False, hint
+    where = ", ".join(f"rank {r} in group {g}" for r, g in sorted(expected.items()))
+    return True, f"rank {stalled} stopped before collective {step} of its tp group {tp}; {where}"
+
+
+def _stragglers_per_group(answer: Any, run: Any) -> tuple[bool, str]:
+    """13.2: ``{"stragglers": {group name: straggler rank or None}, "delay_ms": ms}`` for a run
+    of mesh_job.py with one rank slowed at random before its tp all-reduce: each group's
+    straggler, and how late the slow rank is per step (to within :data:`DELAY_TOLERANCE`). A
+    blind guess of the stragglers passes one run in four, with the delay one in 28; every wrong
+    answer gets one hint."""
+    wrong = wrong_run(run, MESH_SCRIPT, {"--profile": None}, nproc=4)
+    given = arguments(run) if is_run(run) else {}
+    slow, delay = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms"))
+    if wrong or run.experiment != HIDDEN_STRAGGLER_EXPERIMENT or slow is None or slow < 0:
+        return False, f"launch the run with {_LAUNCH_13_2} and hand the check that run"
+    found = _groups_of(run)
+    if isinstance(found, str):
+        return False, found
+    members, descs = found
+    shape = f'{{"stragglers": {{one entry per group, {sorted(members)}}}, "delay_ms": ...}}'
+    if not isinstance(answer, dict) or set(answer) != {"stragglers", "delay_ms"}:
+        return False, f"answer with a dict {shape}"
+    said_groups = answer["stragglers"]
+    if not isinstance(said_groups, dict) or set(map(str, said_groups)) != set(members):
+        return False, f"answer with a dict {shape}"
+    partner = next(r for g, ranks in members.items() if slow in ranks and descs[g] == "tp"
+                   for r in ranks if r != slow)  # fmt: skip
+    expected = {
+        g: slow if slow in ranks else (partner if descs[g] == "dp" else None)
+        for g, ranks in members.items()
+    }
+    said = {str(g): (None if r is None else whole(r)) for g, r in said_groups.items()}
+    ms = number(answer["delay_ms"])
+    hint = one_hint([said == expected, within(ms, delay, DELAY_TOLERANCE)], ms, (
+        "not yet: in each group the straggler is the rank the others wait for "
+        "(waiting_per_group's straggler, where others_wait_ms is a delay; None where it is a "
+        "fraction of a millisecond beside the other groups'), and a rank that waited in one "
+        "group arrives late at the next. The delay: how long the slow rank's tp partner waits "
+        "for it per step (others_wait_ms in its tp group), in ms"
     ))  # fmt: skip
     if hint:
         return False, hint
     return True, (
-        f"stage {slow}'s forwards were slowed by {delay_ms:g} ms each; you read {said:g} ms "
-        "from its traces alone"
-    )
-
-
-def _bubble_and_step(said: Any, m: int) -> tuple[tuple[float, float] | None, str]:
-    """A prediction of 13.2 as ``(bubble %, step ms)``, or None and why not."""
-    shape = 'predict(m) gives {"bubble_pct": ..., "step_ms": ...}'
-    if not isinstance(said, dict) or {"bubble_pct", "step_ms"} - set(said):
-        return None, shape
-    bubble, step_ms = number(said["bubble_pct"]), number(said["step_ms"])
-    if bubble is not None and 0 < bubble < 1:
-        return None, "give the bubble in % of the step (25 for a quarter), not as a fraction"
-    return ((bubble, step_ms), "") if None not in (bubble, step_ms) else (None, shape)
-
-
-def _measured(base: Any, m: int) -> tuple[float, float]:
-    """The bubble (%) and the median step (ms) of a GPipe run of ``m`` micro-batches, run now
-    as ``base`` (one of the lesson's) was."""
-    run = launch(base.script, nproc=base.nproc, experiment=f"pipeline-gpipe-{m}", cpu=True, echo=False, args=["--schedule", "gpipe", "--microbatches", str(m)])  # fmt: skip
-    events = load_run(run).events
-    bubble = 100 * float(stage_waits(events).groupby("rank")["share"].median().median())
-    return bubble, float(step_times(events).median(axis=1).median())
-
-
-def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tuple[bool | None, str]:  # fmt: skip
-    """13.2: ``predict(m)``, a function giving ``{"bubble_pct": %, "step_ms": ms}`` of a GPipe
-    run of ``m`` micro-batches, 3 stages, from the lesson's runs (``base``: one of its GPipe
-    runs). The check draws two counts the lesson did not run (:data:`MICROBATCH_PAIRS`, a small
-    one among them, where the bubble over m slots is far off), asks for both predictions, then
-    runs the job with each and compares. ``seed``: the tests' choice of pair."""
-    given = arguments(base) if is_run(base) else {}
-    if not is_run(base) or base.script != PIPELINE_SCRIPT or given.get("--schedule") != "gpipe" or base.nproc != 3:  # fmt: skip
-        return False, 'hand the check one of the lesson\'s GPipe runs: check("13.2", predict, base=runs["gpipe-4"])'  # fmt: skip
-    if not callable(answer):
-        return False, 'answer with a function: predict(m) gives {"bubble_pct": ..., "step_ms": ...}'  # fmt: skip
-    pair = random.Random(seed).choice(MICROBATCH_PAIRS)
-    said, instead = predictions(answer, pair, _bubble_and_step)
-    if instead:
-        return instead
-    measured = {m: _measured(base, m) for m in pair}  # only now: after both predictions
-    for m in pair:
-        if abs(said[m][0] - measured[m][0]) > BUBBLE_POINTS:
-            return False, (
-                f"the bubble is off for {m} micro-batches: you said {said[m][0]:.1f} %, the "
-                f"run waited {measured[m][0]:.1f} % (more than {BUBBLE_POINTS:g} points "
-                "apart): count, in the lesson's drawing of the schedules, the slots a stage is "
-                "idle and the slots the step lasts"
-            )
-    for m in pair:
-        if not close(said[m][1], measured[m][1], STEP_SHARE, 0.0):
-            return False, (
-                f"the bubble is right; the step time is off for {m} micro-batches: you said "
-                f"{said[m][1]:.0f} ms, the run's steps took {measured[m][1]:.0f} (more than "
-                f"{STEP_SHARE:.0%} apart): a step lasts as many slots as the drawing "
-                "shows, each slot one forward and one backward with their transfers; time a "
-                "slot from the lesson's runs"
-            )
-    return True, "; ".join(
-        f"{m} micro-batches: a bubble of {measured[m][0]:.1f} % (you said {said[m][0]:.1f}) and "
-        f"steps of {measured[m][1]:.0f} ms (you said {said[m][1]:.0f})"
-        for m in pair
+        f"rank {slow} is {delay:g} ms late in its tp group; then it and rank {partner} are both "
+        "late to their dp groups, and the other tp group waits for nobody"
     )
 
 
 #: Lesson 13's checks, by exercise number.
 CHECKS: dict[str, Check] = {
-    "13.1": _the_slow_stage,
-    "13.2": _the_bubble_predicted,
+    "13.1": _where_the_stall_began,
+    "13.2": _stragglers_per_group,
 }

@@ -1,110 +1,140 @@
-"""The checks of lesson 14's exercises (``notebooks/14_where_the_memory_went.ipynb``; worked in
-``solutions/14_solutions.ipynb``): a leak placed at random (:func:`helpers.launch_with_a_hidden_leak`)
-found from the traces alone, its rank, MiB a step and line; and the optimizer state each rank of
-a sharded run of a wider model holds at its peak, predicted and then read from the run."""
+"""The checks of lesson 14's exercises (``notebooks/14_pipelines.ipynb``; worked in
+``solutions/14_solutions.ipynb``): the stage of a pipeline slowed at random and its delay per
+forward, read from the traces (the delay is in no span of its own); and the bubble and the step
+time of a pipeline at numbers of micro-batches the lesson did not run, predicted by a function
+the check calls with counts it draws, then compared with runs the check makes after."""
 
 from __future__ import annotations
 
-import re
+import random
 from typing import Any
 
-from ..analysis import alive_at_peak, allocation_lives, memory_growth
-from ..traces import TraceError, load_memory, load_run
-from .common import Check, arguments, close, is_run, number, one_hint, whole, within
-from .hidden import HIDDEN_LEAK_EXPERIMENT, MEMORY_SCRIPT
+from ..analysis import stage_waits, step_times
+from ..jobs import launch
+from ..traces import load_run
+from .common import (
+    Check,
+    arguments,
+    close,
+    is_run,
+    number,
+    one_hint,
+    predictions,
+    whole,
+    within,
+)
+from .hidden import HIDDEN_STRAGGLER_EXPERIMENT
 
-__all__ = ["CHECKS", "SCRIPTS", "FLAGS"]
+__all__ = ["CHECKS", "SCRIPTS", "FLAGS", "PIPELINE_SCRIPT", "MICROBATCH_PAIRS"]
 
-SCRIPTS = (MEMORY_SCRIPT,)
-FLAGS = ("--keep-rank", "--keep-mib", "--keep-in", "--fsdp", "--width", "--first-step")
-#: How close a MiB figure must be: 5 % (the job keeps exact sizes; the traces say them to the byte).
-MIB_TOLERANCE = 0.05
-_LEAK = "launch_with_a_hidden_leak(NPROC, common)"
-_WIDE = 'launch("memory_job.py", nproc=NPROC, cpu=True, args=short + ["--fsdp", "--width", "1024"])'  # fmt: skip
+#: Lesson 14's pipeline of stages, one per rank.
+PIPELINE_SCRIPT = "pipeline_job.py"
+SCRIPTS = (PIPELINE_SCRIPT,)
+FLAGS = ("--schedule", "--microbatches", "--slow-rank", "--delay-ms", "--work-ms")
+_LAUNCH_14_1 = (
+    'launch_with_a_hidden_straggler(3, args=["--microbatches", "4"], script="pipeline_job.py")'
+)
+#: How close 14.1's delay must be: a twentieth of it, or 3 ms. Read as the slow stage's median
+#: forward less another stage's, it comes within 1 ms; the slow forward's whole length (the
+#: stage's own 10 ms of work on top) is refused.
+DELAY_TOLERANCE = (0.05, 3.0)
+#: The pairs of micro-batch counts 14.2's check draws (one pair), none the lesson ran (GPipe at 2,
+#: 4 and 6, 1F1B at 12):
+#: each has a small count (3 or 5), where the bubble over m slots, (p - 1) / m, is 10 or more
+#: points off, and a large one (8 or 10), 3 or more slots apart, so no one guess fits both.
+MICROBATCH_PAIRS = ((3, 8), (5, 10), (3, 10), (5, 8))
+#: How close 14.2's predictions must come: the bubble in percentage points (the lesson's own
+#: tolerance against the textbook), the step time as a share of the measured one.
+BUBBLE_POINTS, STEP_SHARE = 6.0, 0.15
 
 
-def _lives(run: Any) -> tuple[Any, Any]:
-    """A run's memory events and each allocation's life."""
-    memory = load_memory(run)
-    return memory, allocation_lives(memory, load_run(run).events)
-
-
-def _line_number(value: Any) -> int | None:
-    """A line given as 12, "12" or "memory_job.py:12"."""
-    if isinstance(value, str):
-        found = re.fullmatch(r"\s*(?:memory_job\.py:)?(\d+)\s*", value)
-        return int(found.group(1)) if found else None
-    return whole(value)
-
-
-def _a_leak_found_from_the_traces(answer: Any, run: Any) -> tuple[bool, str]:
-    """14.1: ``{"rank": R, "mib_per_step": M, "line": N}``: the rank that keeps memory, its MiB a
-    step within :data:`MIB_TOLERANCE` (the run's own ``--keep-mib``) and the line of
-    ``memory_job.py`` that allocates it (what the run's traces say keeps it). One hint for any
-    wrong answer, which says where to look, never which part was right: a blind guess passes
-    one run in 32 (:data:`helpers.exercises.hidden.LEAK_MIB`)."""
+def _the_slow_stage(answer: Any, run: Any) -> tuple[bool, str]:
+    """14.1: ``{"stage": rank, "delay_ms": ms}`` of a pipeline with one stage's forwards slowed
+    at random, the delay in no span of its own. Every wrong answer gets one hint: a blind guess
+    passes one run in 21 (one stage of 3, one of 7 delays)."""
     given = arguments(run) if is_run(run) else {}
-    if not is_run(run) or run.experiment != HIDDEN_LEAK_EXPERIMENT or "--keep-rank" not in given:
-        return False, f"launch the job with {_LEAK} and hand the check that run"
-    shape = 'answer with a dict {"rank": ..., "mib_per_step": ..., "line": ...}'
-    if not isinstance(answer, dict) or set(answer) != {"rank", "mib_per_step", "line"}:
-        return False, shape
-    rank, mib = whole(answer["rank"]), number(answer["mib_per_step"])
-    line = _line_number(answer["line"])
-    if rank is None or mib is None or line is None:
-        return False, shape + ": a rank, a number of MiB and a line number"
-    try:
-        growth = memory_growth(_lives(run)[1])
-    except TraceError as err:
-        return False, f"this run's traces cannot be read: {err}"
-    if growth.empty:
-        return False, "this run's traces show no growth: was it launched with common?"
-    kept = _line_number(str(growth.iloc[0]["line"]))
-    truth = (whole(given["--keep-rank"]), number(given.get("--keep-mib", 1.0)))
-    hint = one_hint([rank == truth[0], within(mib, truth[1], (MIB_TOLERANCE, 0.0)), line == kept], None, (
-        "not yet: pair each allocation with its free, then look for what one rank allocates in "
-        "every step and never frees: its size a step, and the line of your code around it "
-        "(sections 3 and 4)"
+    slow, delay_ms = whole(given.get("--slow-rank", -1)), number(given.get("--delay-ms", 0))
+    hidden = is_run(run) and run.experiment == HIDDEN_STRAGGLER_EXPERIMENT
+    if not hidden or run.script != PIPELINE_SCRIPT or slow is None or slow < 0 or not delay_ms:
+        return False, f"launch the run with {_LAUNCH_14_1} and hand the check that run"
+    if not isinstance(answer, dict) or {"stage", "delay_ms"} - set(answer):
+        return False, 'answer with a dict {"stage": ..., "delay_ms": ...}'
+    said = number(answer["delay_ms"])
+    hint = one_hint([whole(answer["stage"]) == slow, within(said, delay_ms, DELAY_TOLERANCE)], said, (
+        "not yet: a stage that waits is not the slow one. Which stage does the critical path "
+        "spend its time on? Its delay is per forward and has no span of its own: how much "
+        "longer are that stage's forward spans than another stage's?"
     ))  # fmt: skip
     if hint:
         return False, hint
-    return True, f"rank {rank} keeps {truth[1]:g} MiB a step, allocated at memory_job.py:{kept}"
+    return True, (
+        f"stage {slow}'s forwards were slowed by {delay_ms:g} ms each; you read {said:g} ms "
+        "from its traces alone"
+    )
 
 
-def _optimizer_state_of_a_wider_sharded_model(predicted: Any, run: Any) -> tuple[bool, str]:
-    """14.2: the MiB of optimizer state each rank of a sharded run with ``--width 1024`` holds at
-    its peak, predicted, and then read from the run (every rank's within :data:`MIB_TOLERANCE`)."""
-    given = arguments(run) if is_run(run) else {}
-    if not is_run(run) or run.script != MEMORY_SCRIPT or number(given.get("--width")) != 1024:
-        return False, f"predict first, then launch the run: {_WIDE}"
-    if "--fsdp" not in given or "--first-step" not in given:
-        return False, "launch it sharded (--fsdp) and with short, which traces Adam's first step"
-    if number(predicted) is None:
-        return False, "predict a number: the MiB of optimizer state on each rank"
-    try:
-        memory, lives = _lives(run)
-    except TraceError as err:
-        return False, f"this run's traces cannot be read: {err}"
-    alive = alive_at_peak(lives, memory)
-    state = alive[alive["category"] == "optimizer state"]["mib"]
-    if state.empty:
-        return False, "this run's peaks hold no optimizer state: was it launched with short?"
-    said = float(number(predicted))
-    if all(close(said, float(mib), MIB_TOLERANCE, 0.0) for mib in state):
-        return True, f"each rank holds {state.mean():.2f} MiB: Adam's two copies of its shard"
-    truth = float(state.mean())
-    if close(said, 2 * truth, MIB_TOLERANCE, 0.0):
-        return False, "that is what a replica holds: an FSDP2 rank updates only its shard"
-    if close(said, truth / 2, MIB_TOLERANCE, 0.0):
-        return False, "Adam keeps two tensors for each parameter it updates"
-    return False, (
-        "count the parameters of four layers of 1024 by 1024 (weights and biases, 4 bytes "
-        "each), then what Adam keeps of them, then what one rank of two updates"
+def _bubble_and_step(said: Any, m: int) -> tuple[tuple[float, float] | None, str]:
+    """A prediction of 14.2 as ``(bubble %, step ms)``, or None and why not."""
+    shape = 'predict(m) gives {"bubble_pct": ..., "step_ms": ...}'
+    if not isinstance(said, dict) or {"bubble_pct", "step_ms"} - set(said):
+        return None, shape
+    bubble, step_ms = number(said["bubble_pct"]), number(said["step_ms"])
+    if bubble is not None and 0 < bubble < 1:
+        return None, "give the bubble in % of the step (25 for a quarter), not as a fraction"
+    return ((bubble, step_ms), "") if None not in (bubble, step_ms) else (None, shape)
+
+
+def _measured(base: Any, m: int) -> tuple[float, float]:
+    """The bubble (%) and the median step (ms) of a GPipe run of ``m`` micro-batches, run now
+    as ``base`` (one of the lesson's) was."""
+    run = launch(base.script, nproc=base.nproc, experiment=f"pipeline-gpipe-{m}", cpu=True, echo=False, args=["--schedule", "gpipe", "--microbatches", str(m)])  # fmt: skip
+    events = load_run(run).events
+    bubble = 100 * float(stage_waits(events).groupby("rank")["share"].median().median())
+    return bubble, float(step_times(events).median(axis=1).median())
+
+
+def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tuple[bool | None, str]:  # fmt: skip
+    """14.2: ``predict(m)``, a function giving ``{"bubble_pct": %, "step_ms": ms}`` of a GPipe
+    run of ``m`` micro-batches, 3 stages, from the lesson's runs (``base``: one of its GPipe
+    runs). The check draws two counts the lesson did not run (:data:`MICROBATCH_PAIRS`, a small
+    one among them, where the bubble over m slots is far off), asks for both predictions, then
+    runs the job with each and compares. ``seed``: the tests' choice of pair."""
+    given = arguments(base) if is_run(base) else {}
+    if not is_run(base) or base.script != PIPELINE_SCRIPT or given.get("--schedule") != "gpipe" or base.nproc != 3:  # fmt: skip
+        return False, 'hand the check one of the lesson\'s GPipe runs: check("14.2", predict, base=runs["gpipe-4"])'  # fmt: skip
+    if not callable(answer):
+        return False, 'answer with a function: predict(m) gives {"bubble_pct": ..., "step_ms": ...}'  # fmt: skip
+    pair = random.Random(seed).choice(MICROBATCH_PAIRS)
+    said, instead = predictions(answer, pair, _bubble_and_step)
+    if instead:
+        return instead
+    measured = {m: _measured(base, m) for m in pair}  # only now: after both predictions
+    for m in pair:
+        if abs(said[m][0] - measured[m][0]) > BUBBLE_POINTS:
+            return False, (
+                f"the bubble is off for {m} micro-batches: you said {said[m][0]:.1f} %, the "
+                f"run waited {measured[m][0]:.1f} % (more than {BUBBLE_POINTS:g} points "
+                "apart): count, in the lesson's drawing of the schedules, the slots a stage is "
+                "idle and the slots the step lasts"
+            )
+    for m in pair:
+        if not close(said[m][1], measured[m][1], STEP_SHARE, 0.0):
+            return False, (
+                f"the bubble is right; the step time is off for {m} micro-batches: you said "
+                f"{said[m][1]:.0f} ms, the run's steps took {measured[m][1]:.0f} (more than "
+                f"{STEP_SHARE:.0%} apart): a step lasts as many slots as the drawing "
+                "shows, each slot one forward and one backward with their transfers; time a "
+                "slot from the lesson's runs"
+            )
+    return True, "; ".join(
+        f"{m} micro-batches: a bubble of {measured[m][0]:.1f} % (you said {said[m][0]:.1f}) and "
+        f"steps of {measured[m][1]:.0f} ms (you said {said[m][1]:.0f})"
+        for m in pair
     )
 
 
 #: Lesson 14's checks, by exercise number.
 CHECKS: dict[str, Check] = {
-    "14.1": _a_leak_found_from_the_traces,
-    "14.2": _optimizer_state_of_a_wider_sharded_model,
+    "14.1": _the_slow_stage,
+    "14.2": _the_bubble_predicted,
 }

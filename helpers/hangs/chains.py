@@ -1,6 +1,6 @@
 """A hang followed across process groups: each rank stuck in its last collective, waiting for
 the members of that group that never called it, each of those stuck elsewhere or nowhere
-(:func:`wait_chains`, lesson 12)."""
+(:func:`wait_chains`, lesson 13)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def hang_section(records: pd.DataFrame | None, world: int | None) -> Section | N
     dumps = len(records.attrs["ranks"])
     of = f"{dumps} of the job's {world} ranks" if world and world != dumps else f"{dumps} ranks"
     text = [
-        f"The Flight Recorder's dumps beside the traces (from {of}) show a hang (lesson 12). "
+        f"The Flight Recorder's dumps beside the traces (from {of}) show a hang (lesson 13). "
         "Where it started, as `first_mismatch` reads it; look there first:",
         f"- {mismatch}.",
         "The waits, followed from group to group (a rank missing from one group's collective "
