@@ -720,6 +720,7 @@ def right_evidence(
     sharded_straggler,
     hidden_slowdown,
     check_runs,
+    hidden_change,
     hidden_stall,
     mesh_straggler,
     hidden_slow_stage,
@@ -771,6 +772,11 @@ def right_evidence(
         "11.2": (
             predict_with_what_if(lesson_run("overlap-40")),
             {"slow": lesson_run("overlap-40"), "seed": 0},
+        ),
+        "12.1": (_on_gpu_streams, {}),
+        "12.2": (
+            what_the_comparison_says(lesson_run("ddp-normal"), hidden_change),
+            {"run": hidden_change, "before": lesson_run("ddp-normal")},
         ),
         "13.1": (
             {"group": "2", "seq": 3, "rank": 3, "waiting": {2: "2", 0: "3", 1: "4"}},
@@ -1376,6 +1382,99 @@ def test_11_2_says_how_close_the_prediction_and_moving_the_step_came(overlap_40)
     )
 
 
+# -------------------------------------------------------------------------- lesson 12
+
+
+def _gpu_rows(events, step):
+    """The step's rows on GPU lanes of the critical path (the solution's sum, before adding)."""
+    from helpers import critical_path
+
+    path = critical_path(events)
+    return path[(path["step"] == step) & path["lane"].astype(str).str.startswith("GPU")]
+
+
+def _on_gpu_streams(events, step):
+    return (_gpu_rows(events, step).groupby("rank")["dur_us"].sum() / 1e3).to_dict()
+
+
+def _all_gpu_work(events, step):
+    mine = events[(events["step"] == step) & events["lane"].astype(str).str.startswith("GPU")]
+    return (mine.groupby("rank")["dur_us"].sum() / 1e3).to_dict()
+
+
+def _kernels_only(events, step):
+    rows = _gpu_rows(events, step)
+    return (rows[rows["kind"] == "gpu kernel"].groupby("rank")["dur_us"].sum() / 1e3).to_dict()
+
+
+def _in_us(events, step):
+    return {rank: ms * 1e3 for rank, ms in _on_gpu_streams(events, step).items()}
+
+
+def _raises(events, step):
+    raise KeyError("lane")
+
+
+@pytest.fixture(scope="module")
+def hidden_change(lesson_run) -> RunRecord:
+    """Exercise 12.2's run: launch_with_a_hidden_slowdown chose rank 1's backward, 150 ms (the
+    lesson's recording of that run)."""
+    return dataclasses.replace(lesson_run("ddp-slow-backward"), experiment="hidden-slowdown")
+
+
+WRONG_12 = [
+    wrong("12.1", "not a function", {0: 0.4, 1: 34.1}, "answer with a function"),
+    wrong("12.1", "all the GPU's work in the step, on the path or off", _all_gpu_work, "does not count"),  # fmt: skip
+    wrong("12.1", "the kernels alone", _kernels_only, "every kind"),
+    wrong("12.1", "µs, not ms", _in_us, "in ms"),
+    wrong("12.1", "a function that raises", _raises, "raised KeyError"),
+    wrong("12.2", "the rank that waits", {"rank": 0, "kind": "compute", "shift_ms": 148},
+          "where the path changed most", run=Given("hidden_change"), before=lesson("ddp-normal")),
+    wrong("12.2", "the right rank, its batches", {"rank": 1, "kind": "data loading", "shift_ms": 148},
+          "where the path changed most", run=Given("hidden_change"), before=lesson("ddp-normal")),
+    wrong("12.2", "the runs the other way round", {"rank": 1, "kind": "compute", "shift_ms": -148},
+          "where the path changed most", run=Given("hidden_change"), before=lesson("ddp-normal")),
+    wrong("12.2", "a kind there is not", {"rank": 1, "kind": "backward", "shift_ms": 148},
+          "the kind is one of", run=Given("hidden_change"), before=lesson("ddp-normal")),
+    wrong("12.2", "no normal run to compare with", {"rank": 1, "kind": "compute", "shift_ms": 148},
+          "hand the check the lesson's normal run", run=Given("hidden_change"),
+          before=Given("hidden_change")),
+    wrong("12.2", "a run whose slowdown the learner chose", {"rank": 1, "kind": "compute",
+          "shift_ms": 148}, "launch the run with", run=lesson("ddp-slow-backward"),
+          before=lesson("ddp-normal")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_12_1_accepts_the_path_on_every_gpu_stream_at_every_step_it_draws(seed):
+    assert accepted(evaluate("12.1", _on_gpu_streams, seed=seed))
+
+
+def test_12_1_a_constant_passes_at_no_step():
+    for ms in (0.0, 0.5, 7.0, 34.0, 47.0):
+        assert rejected(evaluate("12.1", lambda events, step, ms=ms: {0: ms, 1: ms}), "not yet")
+
+
+def test_12_1_not_written_yet_is_not_answered():
+    assert evaluate("12.1", lambda events, step: ...)[0] is None
+
+
+def what_the_comparison_says(before: RunRecord, after: RunRecord) -> dict:
+    """12.2's answer as the solution reads it: compare_runs' largest change on the path and the
+    steps' shift."""
+    from helpers import compare_runs
+    from helpers.traces import load_run
+
+    compared = compare_runs(load_run(before).events, load_run(after).events)
+    top = compared.held.iloc[0]
+    return {"rank": int(top["rank"]), "kind": top["kind"], "shift_ms": compared.steps.loc["change", "shift_ms"]}  # fmt: skip
+
+
+def test_12_2_the_largest_change_on_the_path_is_the_hidden_part(hidden_change, lesson_run):
+    said = what_the_comparison_says(lesson_run("ddp-normal"), hidden_change)
+    assert (said["rank"], said["kind"]) == (1, "compute")  # rank 1's backward, slowed
+
+
 # -------------------------------------------------------------------------- lesson 13
 
 #: Where the other ranks wait in exercise 13.1's run (rank 3 stalled before tp collective 3).
@@ -1632,7 +1731,7 @@ def test_16_2_history_names_one_rank_and_no_neighbour_of_it():
 @pytest.mark.parametrize(
     "exercise, answer, evidence, hint",
     [*WRONG_1, *WRONG_2, *WRONG_3, *WRONG_4, *WRONG_5, *WRONG_6, *WRONG_7, *WRONG_8, *WRONG_9,
-     *WRONG_10, *WRONG_11, *WRONG_13, *WRONG_14, *WRONG_15, *WRONG_16],
+     *WRONG_10, *WRONG_11, *WRONG_12, *WRONG_13, *WRONG_14, *WRONG_15, *WRONG_16],
 )  # fmt: skip
 def test_each_wrong_answer_in_the_tables_is_rejected_with_its_reason(
     exercise, answer, evidence, hint, request
@@ -1731,6 +1830,23 @@ def test_a_blind_search_takes_its_expected_tries_for_every_wrong_answer_gets_one
     assert sum(ok for ok, _ in said) == 1, "exactly one of the answers is right"
     assert len({hint for ok, hint in said if not ok}) == 1, "a wrong part is never told apart"
     assert (len(answers) + 1) / 2 == tries
+
+
+def test_a_blind_search_of_12_2_takes_15_5_tries_for_every_wrong_answer_gets_one_hint(
+    hidden_change, lesson_run, monkeypatch
+):
+    # a blind search knows the hidden delays (the steps shift by about as much), not the traces
+    from helpers.exercises import hidden, lesson12
+
+    monkeypatch.setattr(lesson12, "load_run", _once(lesson12.load_run, lambda run: str(run.run_dir)))  # fmt: skip
+    monkeypatch.setattr(lesson12, "compare_runs", _once(lesson12.compare_runs, lambda a, b: (id(a), id(b))))  # fmt: skip
+    normal = lesson_run("ddp-normal")
+    kinds = lesson12.KINDS_BY_PART.values()
+    answers = [{"rank": r, "kind": k, "shift_ms": d} for r in (0, 1) for k in kinds for d in hidden.STRAGGLER_DELAYS_MS]  # fmt: skip
+    said = [evaluate("12.2", a, run=hidden_change, before=normal) for a in answers]
+    assert sum(ok for ok, _ in said) == 1, "exactly one of the answers is right"
+    assert len({hint for ok, hint in said if not ok}) == 1, "a wrong part is never told apart"
+    assert (len(answers) + 1) / 2 == 15.5
 
 
 def test_a_blind_guess_of_11_1_passes_under_one_run_in_twenty(hidden_slowdown):

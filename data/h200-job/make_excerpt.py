@@ -1,4 +1,4 @@
-"""Derive the excerpts of the series' own H200 job that lesson 11 reads (its section on a GPU).
+"""Derive the excerpts of the series' own H200 job that lesson 12 reads (its section on a GPU).
 
     python data/h200-job/make_excerpt.py ../shared/real-traces/h200
 

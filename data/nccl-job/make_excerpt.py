@@ -1,4 +1,4 @@
-"""Derive the excerpt of a real NCCL job that lesson 11 reads (its section on a GPU).
+"""Derive the excerpt of a real NCCL job that lesson 12 reads (its section on a real NCCL job).
 
     python data/nccl-job/make_excerpt.py ../shared/real-traces/nccl-jobs/torchrec-a2a-optimizer-2a
 

@@ -20,9 +20,8 @@ worked solution that stops passing its check fails its notebook; an exercise not
 never raises.
 
 The checks live next to what they check, one module per lesson: ``lesson01`` to ``lesson16``
-(no ``lesson12`` yet: its number is kept for a lesson still to come; ``common`` holds what they
-share, ``hidden`` the helpers that choose an exercise's answer at random and keep it for the
-check). To add the checks of lesson NN:
+(``common`` holds what they share, ``hidden`` the helpers that choose an exercise's answer at
+random and keep it for the check). To add the checks of lesson NN:
 
 1. Write ``helpers/exercises/lessonNN.py``: a docstring naming the lesson's notebook
    (``notebooks/NN_*.ipynb``) and its solution (``solutions/NN_solutions.ipynb``); at the top,
@@ -55,6 +54,7 @@ from . import (
     lesson09,
     lesson10,
     lesson11,
+    lesson12,
     lesson13,
     lesson14,
     lesson15,
@@ -104,6 +104,7 @@ LESSONS: tuple[ModuleType, ...] = (
     lesson09,
     lesson10,
     lesson11,
+    lesson12,
     lesson13,
     lesson14,
     lesson15,
