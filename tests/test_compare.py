@@ -202,7 +202,8 @@ def test_two_folders_of_different_ranks_are_one_runs_nodes(tmp_path):
 
 
 def test_two_runs_of_too_few_steps_for_an_interval_end_in_a_message(tmp_path, capsys):
-    run = next(RECORDINGS_ROOT.glob("ddp-[0-9a-f]*/files"))  # lesson 3's run: 3 steps
+    # lesson 3's run (experiment "ddp", 3 steps), not "ddp-after-the-fix"
+    run = next(RECORDINGS_ROOT.glob("ddp-" + "[0-9a-f]" * 8 + "/files"))
     assert main([str(run), str(run), "--out", str(tmp_path / "r.html")]) == 2
     said = capsys.readouterr().err
     assert "3 and 3 steps are too few for a 95% interval: profile more steps" in said

@@ -131,7 +131,7 @@ def _the_change_between_two_runs(answer: Any, run: Any = None, before: Any = Non
             answer["kind"] == KINDS_BY_PART[part],
             within(said, shift, DELAY_TOLERANCE),
         ],  # fmt: skip
-        said,
+        None,  # a shift, not a delay: any number of ms is an answer
         "not yet: compared = compare_runs(before, after) with the normal run first; the steps' "
         "shift is its steps table's change row (shift_ms), the rank and the kind are where the "
         "path changed most (compared.held, largest change first: its first row)",
