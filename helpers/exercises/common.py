@@ -27,6 +27,7 @@ __all__ = [
     "one_hint",
     "same_value",
     "spelled",
+    "still_unanswered",
     "whole",
     "whole_numbers",
     "within",
@@ -225,7 +226,7 @@ def predictions(
     prediction, or None and why not), all of them before the check runs anything. Returns the
     predictions, or else the check's answer to give: not answered yet (``predict`` still
     returns ``...``), or a hint (it raised, or gave something ``read`` refused)."""
-    if _still_unanswered(predict, values[0]):
+    if still_unanswered(predict, values[0]):
         return {}, (None, NOT_ANSWERED)
     said = {}
     for value in values:
@@ -239,10 +240,10 @@ def predictions(
     return said, None
 
 
-def _still_unanswered(predict: Any, value: Any) -> bool:
-    """Whether ``predict``, a function the learner writes, still returns the exercise's ``...``
-    (not written yet); a function that raises is answered (its error is a hint)."""
+def still_unanswered(written: Any, *args: Any) -> bool:
+    """Whether ``written(*args)``, a function the learner writes, still returns the exercise's
+    ``...`` (not written yet); a function that raises is answered (its error is a hint)."""
     try:
-        return predict(value) is ...
+        return written(*args) is ...
     except Exception:
         return False

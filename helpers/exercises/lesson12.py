@@ -23,6 +23,7 @@ from .common import (
     is_run,
     number,
     one_hint,
+    still_unanswered,
     whole,
     within,
 )
@@ -80,7 +81,7 @@ def _gpu_time_on_the_path(answer: Any, seed: Any = None) -> tuple[bool | None, s
     for folder in GPU_RUNS:
         events, path = _gpu_run(folder)
         step = chooser.choice(sorted(int(s) for s in path["step"].unique()))
-        if not asked and _unanswered(answer, events, step):
+        if not asked and still_unanswered(answer, events, step):
             return None, NOT_ANSWERED
         said, why = _said(answer, events, step)
         if said is None:
@@ -96,14 +97,6 @@ def _gpu_time_on_the_path(answer: Any, seed: Any = None) -> tuple[bool | None, s
             )
         asked.append(f"{folder} step {step}: " + ", ".join(f"rank {r} {ms:.1f} ms" for r, ms in sorted(truth.items())))  # fmt: skip
     return True, "right on every step drawn: " + "; ".join(asked)
-
-
-def _unanswered(answer: Any, events: pd.DataFrame, step: int) -> bool:
-    """Whether ``answer`` still returns the exercise's ``...`` (not written yet)."""
-    try:
-        return answer(events, step) is ...
-    except Exception:
-        return False
 
 
 def _the_change_between_two_runs(answer: Any, run: Any = None, before: Any = None) -> tuple[bool, str]:  # fmt: skip
