@@ -186,6 +186,19 @@ def test_the_what_if_of_a_slowed_stage_predicts_the_stage_without_its_delay(tmp_
     assert predicted == pytest.approx(step_times(fast).median(axis=1).iat[0])
 
 
+def test_a_send_waited_for_at_the_steps_end_ends_sooner_when_the_work_before_it_does(tmp_path):
+    # the data arrived (105) while rank 0's c10d::send still ran (100-110); rank 0 then works
+    # (110-700) and waits for its send at the step's end: that wait followed the work, not the
+    # send call, so without the slow op it ends 100 us sooner (a busy machine's slow send calls)
+    ranks = {
+        0: [step(0, 710), op("forward", 0, 100), *send(100, 1, 705), op("aten::mm", 110, 490),
+            op("slow", 600, 100)],
+        1: [step(0, 200), *recv(0, 0, 105), op("aten::zero_", 110, 90)],
+    }  # fmt: skip
+    events = events_of(tmp_path, ranks)
+    assert what_if(events, rank=0, name="^slow$").iat[0] == pytest.approx((610 + 200) / 2 / 1e3)
+
+
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory) -> Path:
     """The traces of a real three-stage 1F1B pipeline on gloo (lesson 14's ``pipeline_job.py``),

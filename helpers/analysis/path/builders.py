@@ -229,7 +229,9 @@ def receive_edges(run: LanesAndEvents) -> list[Edges]:
             if wait >= 0:
                 senders, arrived, posts, target = found[dependency]
                 senders.append(sent)
-                arrived.append(arrays.end[waits[0]])  # the data had arrived by then
+                # the wait was met by then: a call still running at that moment met it
+                # during the call (a send waited for at the step's end was not)
+                arrived.append(arrays.end[wait])
                 posts.append(2 * first_row(arrays, posted))
                 target.append(2 * wait + 1)
     edges = []
