@@ -1782,7 +1782,7 @@ def _blind_answers(exercise: str, kept_lines: dict[str, int]) -> list:
     from helpers.exercises import hidden
 
     if exercise in ("04.2", "10.2"):
-        return [{"straggler": r, "delay_ms": d} for r in (0, 1) for d in hidden.STRAGGLER_DELAYS_MS]  # fmt: skip
+        return [{"straggler": r, "delay_ms": d} for r in (0, 1) for d in hidden.LATE_BATCHES_MS]  # fmt: skip
     if exercise == "11.1":
         return [{"rank": r, "part": p, "delay_ms": d} for r in (0, 1) for p in hidden.SLOWED_PARTS for d in hidden.STRAGGLER_DELAYS_MS]  # fmt: skip
     if exercise == "13.1":  # the stalled rank and step; its group and the others' waits follow
@@ -1806,8 +1806,8 @@ def few_ranks_310(tmp_path_factory) -> RunRecord:
 #: Each exercise with a hidden answer: its run, and the tries a blind search takes on average,
 #: (n + 1) / 2 of its n answers, since every wrong answer gets the same hint.
 BLIND_SEARCHES = [
-    pytest.param("04.2", "hidden_straggler", 5.5, id="4.2: 2 ranks x 5 delays"),
-    pytest.param("10.2", "sharded_straggler", 5.5, id="10.2: 2 ranks x 5 delays"),
+    pytest.param("04.2", "hidden_straggler", 11.5, id="4.2: 2 ranks x 11 delays"),
+    pytest.param("10.2", "sharded_straggler", 11.5, id="10.2: 2 ranks x 11 delays"),
     pytest.param("11.1", "hidden_slowdown", 15.5, id="11.1: 2 ranks x 3 parts x 5 delays"),
     pytest.param("13.1", "hidden_stall", 12.5, id="13.1: 4 ranks x 6 steps"),
     pytest.param("13.2", "mesh_straggler", 14.5, id="13.2: 4 ranks x 7 delays"),
@@ -1868,13 +1868,15 @@ def _hidden_delays(exercise: str) -> tuple[tuple, tuple, int]:
     from helpers.exercises import hidden, lesson14
 
     return {
+        "04.2": (hidden.DELAYS_BY_SCRIPT["train_ddp.py"], hidden.DELAY_TOLERANCE, 2),
+        "10.2": (hidden.DELAYS_BY_SCRIPT["train_fsdp.py"], hidden.DELAY_TOLERANCE, 2),
         "13.2": (hidden.DELAYS_BY_SCRIPT["mesh_job.py"], hidden.DELAY_TOLERANCE, 4),
         "14.1": (hidden.DELAYS_BY_SCRIPT["pipeline_job.py"], lesson14.DELAY_TOLERANCE, 3),
         "16.1": (hidden.FEW_RANKS_DELAYS_MS, hidden.DELAY_TOLERANCE, 3),
     }[exercise]
 
 
-@pytest.mark.parametrize("exercise", ["13.2", "14.1", "16.1"])
+@pytest.mark.parametrize("exercise", ["04.2", "10.2", "13.2", "14.1", "16.1"])
 def test_a_blind_guess_of_a_rank_and_its_delay_passes_under_one_run_in_twenty(exercise):
     from helpers.exercises.common import close
 
@@ -1918,7 +1920,7 @@ def test_a_hidden_straggler_is_a_random_rank_with_a_random_delay(monkeypatch):
         hidden.launch_with_a_hidden_straggler(4, ["--steps", "8"], seed=seed)
     ranks = {int(kw["args"][kw["args"].index("--slow-rank") + 1]) for _, kw in launched}
     delays = {float(kw["args"][kw["args"].index("--delay-ms") + 1]) for _, kw in launched}
-    assert ranks == {0, 1, 2, 3} and delays <= set(hidden.STRAGGLER_DELAYS_MS) and len(delays) > 1
+    assert ranks == {0, 1, 2, 3} and delays <= set(hidden.LATE_BATCHES_MS) and len(delays) > 1
     script, options = launched[0]
     assert script == "train_ddp.py" and options["args"][:2] == ["--steps", "8"]
     assert options["nproc"] == 4 and options["experiment"] == "hidden-straggler"
@@ -1962,8 +1964,9 @@ OPS_OF_PARTS = {
 @pytest.mark.parametrize("part", list(OPS_OF_PARTS))
 def test_11_1s_hint_holds_at_the_smallest_delay_it_draws(part, tmp_path, monkeypatch):
     # at 60 ms a rank's compute can hold more of the path than the slowed part (95-179 ms a step
-    # in three runs), so the hint compares the three ops, not kinds: the slowed one holds about
-    # the delay, the other two hardly any (60.3-60.8 against at most 0.6 ms in those runs)
+    # in three runs), so the hint compares the three ops, not kinds: the slowed one holds tens of
+    # ms a step, the other two hardly any (60.3-60.8 against at most 0.9 ms idle; on a busy CI
+    # machine the other rank's slower backward hid half the sleep: 30.2 against 2.1)
     from helpers import critical_path, launch, path_summary, script_from_lesson
     from helpers.exercises.hidden import STRAGGLER_DELAYS_MS
     from helpers.traces import load_run
@@ -1978,5 +1981,5 @@ def test_11_1s_hint_holds_at_the_smallest_delay_it_draws(part, tmp_path, monkeyp
     ops = path_summary(critical_path(load_run(run, cache=False).events), ["rank", "name"])
     on_path = {p: ops.loc[ops["name"].str.contains(op), "ms_per_step"] for p, op in OPS_OF_PARTS.items()}  # fmt: skip
     held = {p: float(rows.max()) if len(rows) else 0.0 for p, rows in on_path.items()}
-    assert held[part] > 0.8 * delay, held
-    assert all(held[p] < 0.2 * delay for p in held if p != part), held
+    others = max(held[p] for p in held if p != part)
+    assert held[part] >= 20 and held[part] > 5 * others, held
