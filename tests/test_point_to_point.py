@@ -176,6 +176,20 @@ def test_a_pair_whose_data_came_before_its_send_is_left_out_and_said(tmp_path):
         assert sends_and_receives(events_of(tmp_path, ranks)).empty
 
 
+def test_a_pair_whose_data_came_a_clock_skew_before_its_send_is_kept(tmp_path):
+    # the receive's record ends 70 µs before the send's op began by the traces' clocks (seen in
+    # a run of PyTorch's pipelining on gloo): two processes' clocks, not a shifted pair
+    ranks = {
+        0: [step(0, 900), *send(500, 1, 535)],
+        1: [step(0, 900), *recv(200, 0, 430)],
+    }  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pairs = sends_and_receives(events_of(tmp_path, ranks))
+    assert pairs[["sender", "receiver"]].values.tolist() == [[0, 1]]
+    assert (pairs["sent_us"] - pairs["received_us"]).tolist() == [80]  # the send's op ended at 510
+
+
 def test_the_what_if_of_a_slowed_stage_predicts_the_stage_without_its_delay(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
