@@ -1782,7 +1782,8 @@ def _blind_answers(exercise: str, kept_lines: dict[str, int]) -> list:
     from helpers.exercises import hidden
 
     if exercise in ("04.2", "10.2"):
-        return [{"straggler": r, "delay_ms": d} for r in (0, 1) for d in hidden.LATE_BATCHES_MS]  # fmt: skip
+        delays = hidden.DELAYS_BY_SCRIPT["train_ddp.py" if exercise == "04.2" else "train_fsdp.py"]
+        return [{"straggler": r, "delay_ms": d} for r in (0, 1) for d in delays]
     if exercise == "11.1":
         return [{"rank": r, "part": p, "delay_ms": d} for r in (0, 1) for p in hidden.SLOWED_PARTS for d in hidden.STRAGGLER_DELAYS_MS]  # fmt: skip
     if exercise == "13.1":  # the stalled rank and step; its group and the others' waits follow
