@@ -274,7 +274,8 @@ def report(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_checks(pairs: pd.DataFrame) -> None:
-    """The pairs' table as :func:`helpers.what_if_checks` reads it."""
+    """The pairs' table as :func:`helpers.what_if_checks` reads it: the pairs measured now
+    replace their rows; the others keep theirs, with the day they were measured."""
     rows = pd.DataFrame(
         {
             "case": pairs["pair"],
@@ -290,6 +291,10 @@ def write_checks(pairs: pd.DataFrame) -> None:
             "runs_differ_pct": pairs["runs_spread_pct"].round(1),
         }
     )
+    kept = pd.read_csv(CHECKS) if CHECKS.exists() else rows.iloc[:0]
+    kept = kept[~kept["case"].isin(rows["case"])]
+    order = {name: i for i, name in enumerate([*PAIRS, *GPU_PAIRS])}
+    rows = pd.concat([kept, rows]).sort_values("case", key=lambda c: c.map(order))
     rows.to_csv(CHECKS, index=False)
     print(f"recorded in {CHECKS.relative_to(REPO)}")
 
