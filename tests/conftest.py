@@ -218,6 +218,37 @@ SLOW_MODULES = {
 }
 
 
+def quick_sample(cases: list, family: Callable[[object], str]) -> list:
+    """A sweep's ``cases`` (values or ``pytest.param``s), each kept, and each but the first of
+    its family (``family`` of its value) marked ``slow``: the quick loop (``-m "not slow"``)
+    runs one case of each family, ``make test`` every case. A sweep over every recording or
+    folder of real traces grows with them; the quick loop does not."""
+    seen: set[str] = set()
+    sampled = []
+    for case in cases:
+        case = case if isinstance(case, type(pytest.param())) else pytest.param(case)
+        key = family(case.values[0])
+        marks = [*case.marks, pytest.mark.slow] if key in seen else case.marks
+        sampled.append(pytest.param(*case.values, id=case.id, marks=marks))
+        seen.add(key)
+    return sampled
+
+
+def recording_family(folder: Path) -> str:
+    """The job of a recording's ``files`` folder: its experiment's first word (``ddp``,
+    ``pipeline``), under ``gpu/`` for the GPU rehearsal's."""
+    name = folder.parent.name.split("-")[0]
+    return f"gpu/{name}" if folder.parent.parent.name == "gpu" else name
+
+
+def real_trace_family(where: str) -> str:
+    """Where a folder of ``../shared/real-traces`` (``where``, relative to it) came from: its
+    top folder (``hta``, ``h200``), and under ``nccl-jobs`` the job's first word
+    (``nccl-jobs/megatron``, ``nccl-jobs/torchrec``)."""
+    top, *rest = Path(where).parts
+    return f"{top}/{rest[0].split('-')[0]}" if top == "nccl-jobs" and rest else top
+
+
 @pytest.fixture(scope="module")
 def lesson_run(tmp_path_factory) -> Callable[[str], RunRecord | LaunchError]:
     """``lesson_run("ddp-straggler")``: the lesson's own run of that experiment replayed from

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import quick_sample, recording_family
 from helpers import (
     critical_path,
     load_flight_records,
@@ -246,6 +247,10 @@ def _recorded_runs():
     return found
 
 
+#: Every recording with traces of steps; the quick loop takes one of each job.
+RECORDED_SWEEP = quick_sample(_recorded_runs(), recording_family)
+
+
 #: Recordings whose replay is known to miss by more than 5 %, the bound each holds, and why.
 REPLAY_MISSES = {
     # 4 ranks and 8 gloo threads on 2 cores: a collective's ranks leave it up to 15 ms apart
@@ -281,7 +286,7 @@ def _recorded_steps(folder) -> pd.DataFrame:
 
 
 @pytest.mark.filterwarnings("ignore:this trace has nccl")  # the rehearsal's one NCCL rank
-@pytest.mark.parametrize("folder", _recorded_runs(), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("folder", RECORDED_SWEEP, ids=lambda p: p.parent.name)
 def test_every_recordings_path_tiles_each_step_and_its_replay_holds(folder, tmp_path):
     events = _with_groups(_recorded_steps(folder), folder, tmp_path)
     path = critical_path(events)
@@ -291,7 +296,7 @@ def test_every_recordings_path_tiles_each_step_and_its_replay_holds(folder, tmp_
     assert replay_error(events).max() < bound
 
 
-@pytest.mark.parametrize("folder", _recorded_runs(), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("folder", RECORDED_SWEEP, ids=lambda p: p.parent.name)
 def test_every_recordings_graph_has_no_negative_lag_and_no_cycle(folder):
     assert validate(lane_intervals(_recorded_steps(folder)).graph).empty
 

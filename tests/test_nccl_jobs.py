@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REAL_TRACES, REPO
+from conftest import REAL_TRACES, REPO, quick_sample
 from helpers import (
     collectives_outside_windows,
     compare_runs,
@@ -37,6 +37,9 @@ FOLDERS = ["megatron-tp2", "torchrec-resnet18", "torchrec-a2a-optimizer", "torch
            "torchrec-a2a-optimizer-2b", "torchrec-a2a-optimizer-3", "torchrec-a2a-optimizer-4",
            "torchrec-a2a-optimizer-5", "torchrec-a2a-optimizer-5-qcomm-a",
            "torchrec-a2a-optimizer-qcomm-trace"]  # fmt: skip
+#: The quick loop reads one job of each kind (Megatron, TorchRec's ResNet and its all-to-alls);
+#: ``make test`` every one.
+SWEEP = quick_sample(FOLDERS, lambda folder: "-".join(folder.split("-")[:2]))
 #: The job whose GPU never held its CPU: its path holds no collective (see its test).
 CPU_BOUND = "torchrec-resnet18"
 _RUNS: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
@@ -60,14 +63,14 @@ def run(folder: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return _RUNS[folder]
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("folder", SWEEP)
 def test_the_path_tiles_each_step_and_holds_little_waiting_inside_nccl_kernels(folder):
     measured = figures(folder, *run(folder))
     assert measured.worst_tiling <= 0.03 and measured.overlaps == 0
     assert measured.waiting_share <= 0.05, "ranks spinning in NCCL before the last arrival"
 
 
-@pytest.mark.parametrize("folder", [f for f in FOLDERS if f != CPU_BOUND])
+@pytest.mark.parametrize("folder", [f for f in SWEEP if f.values[0] != CPU_BOUND])
 def test_before_each_collective_the_path_holds_it_is_on_the_rank_that_arrived_last(folder):
     measured = figures(folder, *run(folder))
     assert measured.transfers >= 1
@@ -211,7 +214,7 @@ def _cycles(folder: str) -> pd.DataFrame:
     return found[found["problem"] == "cycle"]
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("folder", SWEEP)
 def test_no_cuda_call_waits_for_gpu_work_that_ended_after_its_lane_let_it_go(folder):
     # a pageable copy's cudaMemcpyAsync, cut short on its lane by an aten::copy_ that began
     # inside it: its sync edge went into the cut end, 5 µs before its copy ended (a cycle, and
@@ -219,7 +222,7 @@ def test_no_cuda_call_waits_for_gpu_work_that_ended_after_its_lane_let_it_go(fol
     assert not _cycles(folder)["dependency"].str.contains("sync").any()
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("folder", SWEEP)
 def test_the_graph_of_a_real_nccl_job_holds_no_cycle(folder):
     # before: two threads' waits, each woken by the other's end a few µs after its own (the
     # waker's tolerance is either side), on 3 of the TorchRec jobs

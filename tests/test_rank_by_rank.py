@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, quick_sample, real_trace_family, recording_family
 from helpers import (
     collective_waits,
     find_straggler,
@@ -242,6 +242,7 @@ def _runs_with_steps() -> list:
         if [p for p in folder.rglob("*.json.gz") if "rank" in p.name or "trace" in p.name]:
             marks = [APART_AT_THE_FIRST_STEP] if folder.parent.name.startswith(("memory-fsdp", "memory-wide")) else []  # fmt: skip
             found.append(pytest.param(folder, id=folder.parent.name, marks=marks))
+    found = quick_sample(found, recording_family)  # the quick loop: one recording of each job
     # pipeline-send-in-its-call: a live run of lesson 14's 1F1B job whose send's record ended
     # in the c10d::send that issued it (the path strung rank by rank lost 120 ms there)
     for name in ("h200-streams", "hang-with-traces", "mesh-straggler", "pipeline-gpipe-3", "pipeline-send-in-its-call"):  # fmt: skip
@@ -288,7 +289,7 @@ def test_the_path_strung_from_each_ranks_part_is_the_whole_runs_path(source):
     _same_path(source)
 
 
-@pytest.mark.parametrize("where", REAL_RUNS.values(), ids=REAL_RUNS.keys())
+@pytest.mark.parametrize("where", quick_sample([pytest.param(w, id=k) for k, w in REAL_RUNS.items()], real_trace_family))  # fmt: skip
 def test_the_path_of_real_traces_strung_rank_by_rank_is_their_whole_path(real_traces, where):
     _same_path(real_traces / where)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REAL_TRACES, REPO, kineto_doc, write_doc
+from conftest import REAL_TRACES, REPO, kineto_doc, quick_sample, real_trace_family, write_doc
 from helpers import RecordingMissing, find_straggler, load_run, merge_traces, recorded_traces
 from helpers.jobs.runs import RunRecord
 from helpers.report import ReportError, Section, build_report, report_html
@@ -280,7 +280,7 @@ def _real_trace_folders() -> list[str]:
     return sorted(str(f.relative_to(REAL_TRACES)) for f in folders)
 
 
-@pytest.mark.parametrize("folder", _real_trace_folders())
+@pytest.mark.parametrize("folder", quick_sample(_real_trace_folders(), real_trace_family))
 def test_every_folder_of_real_traces_gets_a_report_and_nothing_is_written_beside_them(
     real_traces, folder
 ):
