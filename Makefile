@@ -80,8 +80,9 @@ test: install lint
 	PDP_CHECKS_MUST_PASS=1 $(NBVAL) --durations=15 notebooks solutions
 	$(MAKE) --no-print-directory test-recorded
 
-# A contributor's quick loop (about 2 minutes on 2 cores): lint, the unit tests that launch no
-# process, and the analysis lessons in recorded mode. `make test` before a submission.
+# A contributor's quick loop (3 to 6 minutes on 2 cores): lint, the unit tests that launch no
+# process (one case of each job in a sweep over the recordings and real traces), and the analysis
+# lessons in recorded mode. `make test` before a submission.
 test-quick: install lint
 	$(PYTEST) $(PARALLEL) -m "not slow" tests
 	$(MAKE) --no-print-directory test-recorded
