@@ -91,18 +91,25 @@ def _in_ms(said: Any, factor: float) -> tuple[float | None, str]:
     return ms, "" if ms is not None else f"predict({factor:g}) gave no number of ms"
 
 
+def _overlap_run(slow: Any, work_ms: float) -> Any:
+    """A fresh run of the overlap job ``slow`` ran, with rank 0's work at ``work_ms``."""
+    args = ["--overlap-ms", f"{work_ms:g}"]
+    return launch(slow.script, nproc=slow.nproc, experiment=f"overlap-{work_ms:g}", cpu=True, echo=False, args=args)  # fmt: skip
+
+
 def _predicted_before_the_run(
     answer: Any, slow: Any = None, seed: Any = None
 ) -> tuple[bool | None, str]:
     """11.2: ``predict(factor)``, a function giving the median step (ms) of section 5's overlap
     job (``slow``, ``overlap_job.py --overlap-ms 40``) with rank 0's overlapped work at
     ``factor`` times its time. The check draws two factors (:data:`WORK_FACTORS`), asks for
-    both predictions, then runs the job with that much work (the runs come after the
-    predictions, so no measurement can be copied into them) and compares each run with
-    ``slow`` (:func:`helpers.compare_runs`): right when each prediction is within the noise of
-    its run. Moving the step by the change in the work is wrong here, and is said so; so is a
-    straight line in the factor, which the pair's factor below 1.5 refutes. ``seed``: the tests'
-    choice of pair."""
+    both predictions, then runs the job as it was and with that much work (the runs come after
+    the predictions, so no measurement can be copied into them), moves each prediction by what
+    the job as it was gained or lost since ``slow`` (the machine's speed now), and compares
+    each run with the one as it was (:func:`helpers.compare_runs`): right when each prediction
+    is within the noise of its run. Moving the step by the change in the work is wrong here,
+    and is said so; so is a straight line in the factor, which the pair's factor below 1.5
+    refutes. ``seed``: the tests' choice of pair."""
     if not is_run(slow) or slow.script != OVERLAP_SCRIPT or number(arguments(slow).get("--overlap-ms")) != 40:  # fmt: skip
         return False, 'hand the check the lesson\'s overlap run: check("11.2", predict, slow=runs[40])'  # fmt: skip
     if not callable(answer):
@@ -110,13 +117,16 @@ def _predicted_before_the_run(
     predicted, instead = predictions(answer, random.Random(seed).choice(WORK_FACTORS), _in_ms)
     if instead:
         return instead
-    before = load_run(slow).events
-    step = float(step_times(before).median(axis=1).median())
+    step = float(step_times(load_run(slow).events).median(axis=1).median())
+    # the job as it was, run again now: a machine busier (or calmer) than when ``slow`` ran
+    # moves every run of this sitting alike, so each prediction is moved by as much
+    now = load_run(_overlap_run(slow, 40)).events
+    drift = float(step_times(now).median(axis=1).median()) - step
     said, right = [], True
     for factor, guess in predicted.items():
         work = 40 * factor
-        run = launch(slow.script, nproc=slow.nproc, experiment=f"overlap-{work:g}", cpu=True, echo=False, args=["--overlap-ms", f"{work:g}"])  # fmt: skip
-        row = compare_runs(before, load_run(run).events, prediction=pd.Series([guess] * 7)).prediction.iloc[0]  # fmt: skip
+        run = _overlap_run(slow, work)
+        row = compare_runs(now, load_run(run).events, prediction=pd.Series([guess + drift] * 7)).prediction.iloc[0]  # fmt: skip
         right &= within_noise(row)
         said.append((factor, guess, row, step + work - 40))  # moved by the change
     if not right:
@@ -136,9 +146,10 @@ def _predicted_before_the_run(
             "steps after the replay settled (the last four)?"
         )
     return True, "; ".join(
-        f"{factor:g}x the work: you predicted {guess:.0f} ms, the run measured "
+        f"{factor:g}x the work: you predicted {guess:.0f} ms ({guess + drift:.0f} at the "
+        f"machine's speed now), the run measured "
         f"{row['measured_ms']:.0f} ms (within ±{row['noise_ms']:.0f} ms of noise); moving the "
-        f"step by the change in the work said {moved:.0f} ms ({moved - row['measured_ms']:+.0f} "
+        f"step by the change in the work said {moved:.0f} ms ({moved + drift - row['measured_ms']:+.0f} "
         "ms: rank 0's work filled a wait for rank 1's late batch)"
         for factor, guess, row, moved in said
     )
