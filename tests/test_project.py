@@ -134,6 +134,11 @@ def test_every_notebook_names_the_python3_kernel():
         assert json.loads(notebook.read_text())["metadata"]["kernelspec"]["name"] == "python3"
 
 
+def _in_the_quick_loop(cases: list) -> list:
+    """The values of the ``pytest.param``s ``cases`` that are not marked ``slow``."""
+    return [c.values[0] for c in cases if not any(m.name == "slow" for m in c.marks)]
+
+
 def test_a_sweeps_quick_sample_keeps_every_case_and_one_of_each_family_out_of_slow():
     import pytest
 
@@ -141,7 +146,7 @@ def test_a_sweeps_quick_sample_keeps_every_case_and_one_of_each_family_out_of_sl
 
     cases = ["ddp-a", "ddp-b", pytest.param("fsdp-a", id="fsdp"), "ddp-c", "fsdp-b"]
     sampled = quick_sample(cases, lambda name: name.split("-")[0])
-    quick = [c.values[0] for c in sampled if not any(m.name == "slow" for m in c.marks)]
+    quick = _in_the_quick_loop(sampled)
     assert [c.values[0] for c in sampled] == ["ddp-a", "ddp-b", "fsdp-a", "ddp-c", "fsdp-b"]
     assert quick == ["ddp-a", "fsdp-a"] and sampled[2].id == "fsdp"
 
@@ -151,7 +156,7 @@ def test_the_quick_loop_reads_one_recording_of_each_job():
 
     from conftest import recording_family
 
-    quick = [c.values[0] for c in RECORDED_SWEEP if not any(m.name == "slow" for m in c.marks)]
+    quick = _in_the_quick_loop(RECORDED_SWEEP)
     families = [recording_family(folder) for folder in quick]
     assert len(families) == len(set(families)) and len(quick) < len(RECORDED_SWEEP) / 2
     assert {"ddp", "pipeline", "gpu/ddp"} <= set(families)

@@ -91,6 +91,11 @@ def _in_ms(said: Any, factor: float) -> tuple[float | None, str]:
     return ms, "" if ms is not None else f"predict({factor:g}) gave no number of ms"
 
 
+def _median_step(events: pd.DataFrame) -> float:
+    """A run's median step (ms): the median over its steps of the median over its ranks."""
+    return float(step_times(events).median(axis=1).median())
+
+
 def _overlap_run(slow: Any, work_ms: float) -> Any:
     """A fresh run of the overlap job ``slow`` ran, with rank 0's work at ``work_ms``."""
     args = ["--overlap-ms", f"{work_ms:g}"]
@@ -117,11 +122,11 @@ def _predicted_before_the_run(
     predicted, instead = predictions(answer, random.Random(seed).choice(WORK_FACTORS), _in_ms)
     if instead:
         return instead
-    step = float(step_times(load_run(slow).events).median(axis=1).median())
+    step = _median_step(load_run(slow).events)
     # the job as it was, run again now: a machine busier (or calmer) than when ``slow`` ran
     # moves every run of this sitting alike, so each prediction is moved by as much
     now = load_run(_overlap_run(slow, 40)).events
-    drift = float(step_times(now).median(axis=1).median()) - step
+    drift = _median_step(now) - step
     said, right = [], True
     for factor, guess in predicted.items():
         work = 40 * factor
