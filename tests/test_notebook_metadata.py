@@ -2,28 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
-CLEANER = REPO / "tools" / "clean_notebooks.py"
+sys.path.insert(0, str(REPO / "tools"))
+import clean_notebooks  # noqa: E402
+
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb")) + sorted(
     (REPO / "solutions").glob("*.ipynb")
 )
 
 
-def check(*paths) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(CLEANER), "--check", *map(str, paths)], capture_output=True, text=True
-    )
+def check(*paths) -> tuple[int, str]:
+    """``tools/clean_notebooks.py --check`` on ``paths``, in this process: its status and what
+    it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = clean_notebooks.main(["--check", *map(str, paths)])
+    return status, printed.getvalue()
 
 
 def test_no_committed_notebook_carries_timestamps_or_other_volatile_metadata():
-    done = check(*NOTEBOOKS)
-    assert done.returncode == 0, done.stdout
+    status, printed = check(*NOTEBOOKS)
+    assert status == 0, printed
 
 
 def test_the_check_fails_on_a_notebook_with_an_execution_timestamp(tmp_path):
@@ -33,9 +42,9 @@ def test_the_check_fails_on_a_notebook_with_an_execution_timestamp(tmp_path):
     dirty = tmp_path / "dirty.ipynb"
     dirty.write_text(json.dumps(notebook))
 
-    done = check(dirty)
+    status, printed = check(dirty)
 
-    assert done.returncode == 1 and "'execution'" in done.stdout
+    assert status == 1 and "'execution'" in printed
 
 
 def test_cleaning_keeps_outputs_counts_and_tags(tmp_path):
@@ -45,7 +54,7 @@ def test_cleaning_keeps_outputs_counts_and_tags(tmp_path):
     path = tmp_path / "n.ipynb"
     path.write_text(json.dumps(notebook))
 
-    subprocess.run([sys.executable, str(CLEANER), str(path)], check=True)
+    assert clean_notebooks.main([str(path)]) == 0
     cleaned = json.loads(path.read_text())
 
     original = json.loads(NOTEBOOKS[0].read_text())
@@ -56,7 +65,7 @@ def test_cleaning_keeps_outputs_counts_and_tags(tmp_path):
         c.get("execution_count") for c in original["cells"]
     ]
     assert [c["metadata"] for c in cleaned["cells"]] == [c["metadata"] for c in original["cells"]]
-    assert check(path).returncode == 0
+    assert check(path)[0] == 0
 
 
 def figures_without_alt_text(notebook: dict) -> list[int]:
@@ -86,6 +95,7 @@ def test_a_figure_without_alt_text_is_found():
     assert figures_without_alt_text(notebook) == [0]
 
 
+@pytest.mark.slow  # launches a process: make test, not the quick loop
 def test_the_html_of_make_run_gives_every_figure_its_alternative_text(tmp_path):
     lesson = REPO / "notebooks" / "04_reading_ddp_traces.ipynb"
     done = subprocess.run(
@@ -122,3 +132,21 @@ def test_the_code_of_every_lesson_and_solution_fits_the_sites_code_box():
                 f"{path.name}: {line}" for line in source.splitlines() if len(line) > CODE_WIDTH
             ]
     assert wide == [], f"{len(wide)} lines wider than {CODE_WIDTH} characters"
+
+
+LESSON_WORDS = 3800  # what a workshop can hold in one sitting (lessons round 7)
+
+
+def prose_words(path) -> int:
+    """The words of a notebook's markdown cells, leaving out fenced code and link targets."""
+    words = 0
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = re.sub(r"```.*?```", " ", "".join(cell["source"]), flags=re.S)
+            words += len(re.sub(r"\]\([^)]*\)", "]", text).split())
+    return words
+
+
+def test_no_lesson_has_more_prose_than_a_workshop_can_hold():
+    counts = {path.name: prose_words(path) for path in NOTEBOOKS}
+    assert {name: n for name, n in counts.items() if n > LESSON_WORDS} == {}
