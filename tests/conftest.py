@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -215,6 +216,7 @@ SLOW_MODULES = {
     "test_fuzz_flight_recorder",
     "test_site",
     "test_allocations",
+    "test_run_series",
 }
 
 
@@ -287,6 +289,19 @@ def pytest_collection_modifyitems(items):
         module = getattr(item, "module", None)  # notebooks (nbval) have none
         if module is not None and module.__name__ in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def no_process_in_the_quick_loop(request, monkeypatch) -> None:
+    """A test of the quick loop (not marked ``slow``) that starts a process fails, naming it:
+    processes were what made the loop grow past its 3 minutes. Mark such a test ``slow``."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+
+    def refuse(self, args, *_, **__):
+        raise AssertionError(f"a test of the quick loop started {args!r}: mark it slow")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 #: Lesson 15's memory_job.py keeps its copies in one of two places, each a line of its own.

@@ -100,6 +100,7 @@ def analyser_and_ours(bug: str):
     return verdict, group_states(records_of(bug)).set_index("group")
 
 
+@pytest.mark.slow  # launches PyTorch's analyser: make test, not the quick loop
 @pytest.mark.parametrize("bug", ["stall", "empty"])
 def test_pytorchs_analyser_agrees_on_every_group_it_reports(bug):
     verdict, states = analyser_and_ours(bug)
@@ -120,6 +121,7 @@ def test_pytorchs_analyser_agrees_on_every_group_it_reports(bug):
     )
 
 
+@pytest.mark.slow  # launches PyTorch's analyser: make test, not the quick loop
 def test_in_a_pair_that_disagrees_the_groups_of_its_kind_say_which_rank_differs():
     # rank 3 calls broadcast where rank 2, and the other tp group, call all_reduce: a pair
     # has no majority, and PyTorch's analyser blames the rank it compared the other with
@@ -136,6 +138,7 @@ def test_in_a_pair_that_disagrees_the_groups_of_its_kind_say_which_rank_differs(
     }
 
 
+@pytest.mark.slow  # launches a process: make test, not the quick loop
 def test_pytorchs_analyser_fails_on_gloos_own_group_list(tmp_path):
     # why analyse_with_pytorch hands it each rank's groups as the entries show them
     for rank in range(4):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, quick_sample
 from helpers import (
     analyse_with_pytorch,
     first_mismatch,
@@ -33,6 +33,16 @@ def _case_id(path: Path) -> str:
     return f"{path.parent.name}: {c['world']} ranks, rank {c['rank']} {c['fault']}s before step {c['step']}'s {c['at']}"  # fmt: skip
 
 
+def _fault_and_group(path: Path) -> str:
+    """A case's family for the quick loop: how the rank failed, and in which group."""
+    c = json.loads(path.read_text())
+    return f"{c['fault']} in {c['at']}"
+
+
+#: The quick loop reads one case of each fault in each group; ``make test`` reads them all.
+QUICK_CASES = quick_sample(CASES, _fault_and_group)
+
+
 def kept(path: Path) -> tuple[dict, object]:
     """What was drawn, and the dumps (a killed rank left none: the job's ranks say so)."""
     return json.loads(path.read_text()), load_flight_records(path.parent)
@@ -45,7 +55,7 @@ def test_the_cases_are_at_least_20_with_stalls_and_kills_in_every_kind_of_group(
     assert {c["at"] for c in drawn} == {"tp", "ep", "dp"} and {c["world"] for c in drawn} == {4, 8}
 
 
-@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("case", QUICK_CASES, ids=_case_id)
 def test_the_first_mismatch_names_the_rank_that_hung_the_job_and_no_other(case):
     drawn, records = kept(case)
     mismatch = first_mismatch(records, ranks=list(range(drawn["world"])))
@@ -61,7 +71,7 @@ def test_without_the_jobs_ranks_a_rank_that_left_no_dump_is_warned_of(case):
         first_mismatch(records)
 
 
-@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("case", QUICK_CASES, ids=_case_id)
 def test_every_chain_ends_at_the_rank_that_hung_the_job(case):
     drawn, records = kept(case)
     chains = wait_chains(records, ranks=list(range(drawn["world"])))

@@ -12,6 +12,7 @@ when measured: its *delay* (helpers/analysis/path/graph.py).
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from test_graph import GLOO, OTHER, STREAM, kernel, launch, op, peer, record, step, stream_wait
 
@@ -189,18 +190,28 @@ KNOWN = {
 }  # fmt: skip
 
 
-def predicted(tmp_path, ranks: dict[int, list[dict]], change: tuple) -> float:
-    """The median step (ms) ``what_if`` predicts for a run whose rank r holds ``ranks[r]``."""
-    for rank, events in ranks.items():
-        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
+def predicted_from(events: pd.DataFrame, change: tuple) -> float:
+    """The median step (ms) ``what_if`` predicts for a run of ``events`` under ``change``."""
     rank, name, factor, *cores = change
-    events = load_run(tmp_path, cache=False).events
     return float(what_if(events, rank=rank, name=name, factor=factor, cores=(cores or [None])[0]).median())  # fmt: skip
 
 
-@pytest.mark.parametrize("ranks, change, expected, kind", KNOWN.values(), ids=KNOWN.keys())
-def test_a_what_if_gives_the_answer_worked_out_by_hand(tmp_path, ranks, change, expected, kind):
-    assert predicted(tmp_path, ranks, change) == pytest.approx(expected, abs=1e-6)
+@pytest.fixture(scope="module")
+def known_runs(tmp_path_factory) -> dict[str, pd.DataFrame]:
+    """Each known answer's run, written as traces and read back once: its events by case."""
+    runs = {}
+    for case, (ranks, *_) in KNOWN.items():
+        folder = tmp_path_factory.mktemp("known")
+        for rank, events in ranks.items():
+            write_doc(folder / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
+        runs[case] = load_run(folder, cache=False).events
+    return runs
+
+
+@pytest.mark.parametrize("case", KNOWN.keys())
+def test_a_what_if_gives_the_answer_worked_out_by_hand(known_runs, case):
+    _, change, expected, _ = KNOWN[case]
+    assert predicted_from(known_runs[case], change) == pytest.approx(expected, abs=1e-6)
 
 
 def test_the_known_answers_cover_every_kind_of_dependency():
@@ -208,22 +219,23 @@ def test_the_known_answers_cover_every_kind_of_dependency():
 
 
 @pytest.mark.parametrize("builder", builders.BUILDERS, ids=lambda b: b.build.__name__)
-def test_dropping_any_builder_fails_a_known_answer(tmp_path, monkeypatch, builder):
+def test_dropping_any_builder_fails_a_known_answer(known_runs, monkeypatch, builder):
     monkeypatch.setattr(builders, "BUILDERS", tuple(b for b in builders.BUILDERS if b is not builder))  # fmt: skip
-    failed = []
-    for i, (case, (ranks, change, expected, _)) in enumerate(KNOWN.items()):
-        folder = tmp_path / str(i)
-        folder.mkdir()
-        if predicted(folder, ranks, change) != pytest.approx(expected, abs=1e-6):
-            failed.append(case)
-    assert failed, f"without {builder.build.__name__}, every known answer still holds"
+    answers = (
+        predicted_from(known_runs[case], change) == pytest.approx(expected, abs=1e-6)
+        for case, (_, change, expected, _) in KNOWN.items()
+    )
+    assert not all(answers), f"without {builder.build.__name__}, every known answer still holds"
 
 
-def test_without_the_machines_cores_a_what_if_keeps_every_op_as_long_as_it_was(tmp_path):
+def test_without_the_machines_cores_a_what_if_keeps_every_op_as_long_as_it_was(known_runs):
     # the case of the two ranks on one core, told nothing of the cores: rank 1's op moves to
     # 0-100 beside rank 0's, both arrive at 100, the step ends at 120
-    ranks, (rank, name, factor, _), _, _ = KNOWN["work: two ranks on one core share it once the one that slept computes beside the other"]  # fmt: skip
-    assert predicted(tmp_path, ranks, (rank, name, factor, 0)) == pytest.approx(0.120, abs=1e-6)
+    case = "work: two ranks on one core share it once the one that slept computes beside the other"
+    _, (rank, name, factor, _), _, _ = KNOWN[case]
+    assert predicted_from(known_runs[case], (rank, name, factor, 0)) == pytest.approx(
+        0.120, abs=1e-6
+    )
 
 
 @pytest.mark.parametrize(

@@ -160,3 +160,13 @@ def test_the_quick_loop_reads_one_recording_of_each_job():
     families = [recording_family(folder) for folder in quick]
     assert len(families) == len(set(families)) and len(quick) < len(RECORDED_SWEEP) / 2
     assert {"ddp", "pipeline", "gpu/ddp"} <= set(families)
+
+
+def test_a_test_of_the_quick_loop_that_starts_a_process_fails_naming_it():
+    import subprocess
+    import sys
+
+    import pytest
+
+    with pytest.raises(AssertionError, match="started .*: mark it slow"):
+        subprocess.run([sys.executable, "-c", "pass"])

@@ -88,6 +88,7 @@ def test_on_a_machine_without_a_gpu_it_says_so_in_one_line_and_exits_0(capsys):
     assert out.count("\n") == 1 and "no CUDA GPU" in out
 
 
+@pytest.mark.slow  # launches a process: make test, not the quick loop
 def test_the_make_target_exits_0_here_without_a_gpu():
     done = subprocess.run(
         [sys.executable, "-m", "helpers.rehearsal"], cwd=REPO, capture_output=True, text=True, timeout=120

@@ -85,7 +85,7 @@ def test_a_hung_step_is_left_out_of_what_held_the_usual_steps():
 
 def test_pointed_at_a_recording_the_report_skips_its_manifest_and_reads_the_traces(straggler_run):
     folder = recorded_traces("ddp-straggler").parent
-    report = build_report(folder)
+    report = build_report(folder, critical=False)
     assert [Path(p).name for p, _ in report.skipped] == ["recording.json"]
     assert report.glance["ranks found"] == "2: 0-1"
     assert report.glance["trace files"].startswith("2 "), "the manifest is no trace file"
@@ -110,7 +110,7 @@ def test_a_json_file_that_is_no_trace_beside_the_traces_is_left_out_and_named(
 ):
     folder = shutil.copytree(recorded_traces("ddp-straggler"), tmp_path / "run")
     (folder / name).write_text(content)
-    report = build_report(folder)
+    report = build_report(folder, critical=False)
     assert [(Path(p).name, said in why) for p, why in report.skipped] == [(name, True)]
     assert report.ranks == [0, 1]
 
@@ -201,6 +201,7 @@ def test_stream_waits_the_profiler_left_unmatched_are_followed_not_left_as_a_que
     assert "could not be matched" not in report.section("What the traces cannot tell").text
 
 
+@pytest.mark.slow  # launches PyTorch's analyser: make test, not the quick loop
 def test_a_hang_in_the_dumps_beside_the_traces_comes_first_with_its_rank_and_its_chain():
     # rank 1 stalled before step 2's expert-parallel all_to_all (tests/data/hang-with-traces)
     report = build_report(REPO / "tests" / "data" / "hang-with-traces")
@@ -301,13 +302,13 @@ def test_traces_from_several_folders_say_their_clocks_differ(straggler_run, tmp_
     for node, path in enumerate(files_of(straggler_run)):
         (tmp_path / f"node{node}").mkdir()
         shutil.copy(path, tmp_path / f"node{node}" / path.name)
-    said = build_report(tmp_path).section("What the traces cannot tell").text
+    said = build_report(tmp_path, critical=False).section("What the traces cannot tell").text
     assert "come from 2 folders" in said and "clock_offsets" in said
 
 
 def test_one_merged_file_reports_every_rank_in_it(straggler_run, tmp_path):
     merged = merge_traces(load_run(straggler_run), tmp_path / "merged.json")
-    assert build_report(merged).glance["ranks found"] == "2: 0-1"
+    assert build_report(merged, critical=False).glance["ranks found"] == "2: 0-1"
 
 
 def test_read_rank_by_rank_the_report_gives_the_same_step_table_and_straggler(
@@ -396,17 +397,18 @@ def build_report_stub(section: Section):
 
 def test_the_command_writes_the_page_and_says_where(straggler_run, tmp_path, capsys):
     out = tmp_path / "r" / "report.html"
-    assert main([str(straggler_run.run_dir), "--out", str(out)]) == 0
+    assert main([str(straggler_run.run_dir), "--out", str(out), "--no-path"]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert "report written to" in capsys.readouterr().out
 
 
 def test_the_command_writes_the_merged_trace_beside_it_when_asked(straggler_run, tmp_path):
     merged = tmp_path / "merged.json.gz"
-    assert main([str(straggler_run.run_dir), "--out", str(tmp_path / "r.html"), "--merged", str(merged)]) == 0  # fmt: skip
+    assert main([str(straggler_run.run_dir), "--out", str(tmp_path / "r.html"), "--merged", str(merged), "--no-path"]) == 0  # fmt: skip
     assert gzip.decompress(merged.read_bytes()).startswith(b"{")
 
 
+@pytest.mark.slow  # launches a process: make test, not the quick loop
 def test_the_command_runs_as_a_module(straggler_run, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "helpers.report", str(straggler_run.run_dir), "--out", str(tmp_path / "r.html")],
@@ -598,14 +600,17 @@ def test_the_merged_trace_is_written_from_the_reports_own_read(
     loads, real = [], build.load_run
     monkeypatch.setattr(build, "load_run", lambda *a, **k: loads.append(a) or real(*a, **k))
     merged = tmp_path / "m.json"
-    assert main([str(straggler_run.run_dir), "--out", str(tmp_path / "r.html"), "--merged", str(merged)]) == 0  # fmt: skip
+    assert main([str(straggler_run.run_dir), "--out", str(tmp_path / "r.html"), "--merged", str(merged), "--no-path"]) == 0  # fmt: skip
     assert len(loads) == 1 and merged.read_bytes().startswith(b"{")
 
 
 def test_merged_is_written_from_a_pattern_of_files_too(tmp_path):
     merged = tmp_path / "m.json"
     pattern = str(GPU_EXCERPTS / "nccl-128gpu-rank*.json.gz")
-    assert main([pattern, "--out", str(tmp_path / "r.html"), "--merged", str(merged)]) == 0
+    assert (
+        main([pattern, "--out", str(tmp_path / "r.html"), "--merged", str(merged), "--no-path"])
+        == 0
+    )
     assert merged.read_bytes().startswith(b"{")
 
 
