@@ -2,9 +2,10 @@
 memory went, the learner's line that allocated each, and every hostile or damaged file refused
 with its name.
 
-No GPU has been lent to record a real snapshot yet, so the snapshot here is built in the shape
-that ``torch.cuda.memory._snapshot``'s docstring gives (the installed torch's), with the frames
-a recorded history holds: C++ first, then torch's Python, then the learner's.
+The snapshot here is built in the shape that ``torch.cuda.memory._snapshot``'s docstring gives
+(the installed torch's), with the frames a recorded history holds: C++ first, then torch's
+Python, then the learner's, so that each case is small and known. Real snapshots, recorded on an
+H200, are read in ``test_gpu_memory.py``.
 """
 
 from __future__ import annotations

@@ -6,18 +6,22 @@ of a block at an ``address``. Here each allocation is paired with the free of th
 (same rank, device and address, the next event there), and placed among the rank's events on
 the thread that allocated it: the innermost op around it (``op``), where in the learner's own
 code it came from (``line``, with ``with_stack``: the ``file:line`` of the innermost call into
-torch made from it, or the learner's function whose own body allocated),
+torch made from it, or the learner's function whose own body allocated; a trace without call
+sites, as torch 2.11 writes them, gives the learner's innermost function, ``job.py(41): forward``),
 the ``ProfilerStep`` and the phase (forward, backward, optimizer).
 
 The category is the profiler's own where the job wrote its memory timeline
 (``export_memory_timeline`` to ``memory-timeline/rank<N>.raw.json.gz`` beside the traces, read
 by :func:`helpers.load_memory_categories`: each of its allocations is one of the trace's, the
 same moment and size), and otherwise inferred from the phase and the life: an allocation freed
-within its phase is ``temporary``; one of the forward freed during the backward an
+within its phase is ``temporary``, except one of the optimizer freed after the op of PyTorch's
+that made it (``aten::sqrt``'s result, freed after the division that used it), which the
+profiler does not count as a temporary (it gives none on a GPU), and which has none here; one of the forward freed during the backward an
 ``activation``, and so is one held into the next step and freed there (or, made in the last
 step, not freed before the trace ended), or one never freed of a line that keeps memory of the
 forward step after step (a copy kept by the learner's code, which the profiler calls an
-activation; a buffer made once is not), but where the learner's own statement made it outside
+activation; a buffer made once is not, and the last step, whose memory may be freed after
+the trace, does not count), but where the learner's own statement made it outside
 any call into torch (``batch = x + 0.0``), held into the next step or never freed, that is an
 ``input``; one of the backward alive at the step's end is a
 ``gradient``, one of the optimizer alive at the step's end ``optimizer state``; anything else
@@ -72,7 +76,11 @@ def allocation_lives(
         _placed(mine, events[(events["rank"] == rank).to_numpy()])
         for rank, mine in lives.groupby("rank", sort=True)
     ]
-    lives = pd.concat(placed, ignore_index=True) if placed else lives.assign(step=np.nan)
+    lives = (
+        pd.concat(placed, ignore_index=True)
+        if placed
+        else lives.assign(step=np.nan, _own=False, _leaf_end=np.nan)
+    )
     lives["category"] = _inferred(lives, events)
     lives["category_from"] = "inferred"
     if categories is not None and not categories.empty:
@@ -139,16 +147,18 @@ def _placed(lives: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     phase = np.where(inside, "forward", "outside steps").astype(object)
     op = np.full(len(lives), None, dtype=object)
     line = np.full(len(lives), None, dtype=object)
+    own = np.zeros(len(lives), dtype=bool)
+    leaf_end = np.full(len(lives), np.nan)
     for tid in lives["tid"].unique():
         mine = (lives["tid"] == tid).to_numpy()
         moments = lives["alloc_us"].to_numpy()[mine]
         on_thread = events[(events["tid"].astype(str) == tid).to_numpy()]
         python = (on_thread["kind"] == "python").to_numpy()
         ops = on_thread[~python & (on_thread["kind"] != "step").to_numpy()]
-        op[mine], phase_here = _op_and_phase(ops, moments)
+        op[mine], phase_here, leaf_end[mine] = _op_and_phase(ops, moments)
         phase[mine] = np.where(phase_here == "", phase[mine], phase_here)
-        line[mine] = _user_line(on_thread[python], moments)
-    return lives.assign(step=step, phase=phase, op=op, line=line)
+        line[mine], own[mine] = _user_line(on_thread[python], moments)
+    return lives.assign(step=step, phase=phase, op=op, line=line, _own=own, _leaf_end=leaf_end)
 
 
 def step_at(events: pd.DataFrame, moments: np.ndarray) -> np.ndarray:
@@ -177,33 +187,43 @@ def _chains(frame: pd.DataFrame, moments: np.ndarray) -> tuple[pd.DataFrame, lis
     return frame, levels
 
 
-def _op_and_phase(ops: pd.DataFrame, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each moment, the innermost op open at it (None: none) and the phase that the ops
-    around it say (``backward``, ``optimizer``, or "" where none says)."""
+def _op_and_phase(ops: pd.DataFrame, moments: np.ndarray) -> tuple[np.ndarray, ...]:
+    """For each moment, the innermost op open at it (None: none), the phase that the ops
+    around it say (``backward``, ``optimizer``, or "" where none says), and the end of the
+    outermost op of PyTorch's own open at it (an ``aten::`` op or a backward function; NaN:
+    none), within which the profiler calls what is made and freed a temporary."""
     op = np.full(len(moments), None, dtype=object)
     phase = np.full(len(moments), "", dtype=object)
+    leaf_end = np.full(len(moments), np.nan)
     if ops.empty:
-        return op, phase
+        return op, phase, leaf_end
     frame, levels = _chains(ops, moments)
     names = frame["name"].astype(str).to_numpy()
+    ends = frame["end_us"].to_numpy()
     is_op = frame["cat"].astype(str).isin(["cpu_op", "operator"]).to_numpy()
+    is_leaf = is_op & pd.Series(names).str.startswith(("aten::", _BACKWARD)).to_numpy()
     for level in reversed(levels):  # outermost first: the innermost op and phase win
         ok = level >= 0
-        name = names[np.maximum(level, 0)]
-        op = np.where(ok & is_op[np.maximum(level, 0)], name, op)
+        at = np.maximum(level, 0)
+        name = names[at]
+        op = np.where(ok & is_op[at], name, op)
+        leaf_end = np.where(ok & is_leaf[at] & np.isnan(leaf_end), ends[at], leaf_end)
         phase = np.where(ok & pd.Series(name).str.startswith(_BACKWARD).to_numpy(), "backward", phase)  # fmt: skip
         phase = np.where(ok & pd.Series(name).str.startswith("Optimizer.").to_numpy(), "optimizer", phase)  # fmt: skip
-    return op, phase
+    return op, phase, leaf_end
 
 
-def _user_line(python: pd.DataFrame, moments: np.ndarray) -> np.ndarray:
+def _user_line(python: pd.DataFrame, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each moment, where in the learner's code it came: the ``file:line`` of the innermost
     call open at it made from the learner's code into torch or a library, or, where the
     innermost such call is to a function of the learner's own (whose body allocated, no call
-    seen), that function as the profiler names it (``job.py(40): main``); None elsewhere."""
+    seen), that function as the profiler names it (``job.py(40): main``); None elsewhere. A
+    trace without call sites (``CallFrom``: torch 2.11 writes none) gives the learner's
+    innermost function. And whether the learner's own statement made it: the innermost call
+    open at it is the learner's function (``batch = x + 0.0``), not a call into torch."""
     line = np.full(len(moments), None, dtype=object)
-    if python.empty or python["call_from"].isna().all():
-        return line
+    if python.empty:
+        return line, np.zeros(len(moments), dtype=bool)
     frame, levels = _chains(python, moments)
     sites = frame["call_from"].astype(object).where(frame["call_from"].notna(), "").astype(str)
     names = frame["name"].astype(str)
@@ -215,7 +235,8 @@ def _user_line(python: pd.DataFrame, moments: np.ndarray) -> np.ndarray:
     for level in reversed(levels):  # outermost first: the innermost call wins
         at = np.maximum(level, 0)
         line = np.where((level >= 0) & (own[at] | called[at]), answer[at], line)
-    return line
+    innermost = levels[0] if levels else np.full(len(moments), -1)
+    return line, (innermost >= 0) & own[np.maximum(innermost, 0)]
 
 
 def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
@@ -233,7 +254,7 @@ def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
     ).to_numpy()
     backward_at = first_backward.reindex(key).to_numpy()
     free, phase = lives["free_us"].to_numpy(), lives["phase"].to_numpy()
-    own = lives["line"].astype(str).str.contains(r"\(\d+\): ", regex=True).to_numpy()
+    own = lives["_own"].to_numpy(dtype=bool)
     in_step, in_next = free <= step_end, (free > step_end) & (free <= next_end)
     kept = (phase == "forward") & np.isnan(free)
     past_the_trace = kept & np.isnan(next_end)  # made in the last step: freed in the next?
@@ -243,7 +264,8 @@ def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
             (phase == "forward") & in_step,
             (phase == "forward") & (in_next | kept) & own,
             (phase == "forward") & (in_next | past_the_trace),
-            kept & _kept_step_after_step(lives, kept),
+            kept & _kept_step_after_step(lives, kept & ~past_the_trace),
+            (phase == "optimizer") & in_step & (free > lives["_leaf_end"].to_numpy()),
             (phase != "outside steps") & in_step,
             (phase == "backward") & ~in_step,
             (phase == "optimizer") & ~in_step,
@@ -254,6 +276,7 @@ def _inferred(lives: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
             "input",
             "activation",
             "activation",
+            None,
             "temporary",
             "gradient",
             "optimizer state",
