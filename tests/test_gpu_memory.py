@@ -105,13 +105,34 @@ def test_a_real_snapshot_reserves_at_least_what_it_allocates_and_counts_its_segm
         assert summary.segments == blocks["segment"].nunique() > 0
 
 
-def test_the_32_mib_block_of_the_first_matrix_products_line_is_cublass_workspace():
-    snapshot = read_plain_data(DATA / "leak" / "rank1.snapshot.pickle", snapshot_module._bounds())
+def blocks_in_use(rank: int) -> list[dict]:
+    """The blocks in use of the leak run's snapshot of ``rank``, as the file holds them."""
+    path = DATA / "leak" / f"rank{rank}.snapshot.pickle"
+    snapshot = read_plain_data(path, snapshot_module._bounds())
     blocks = [block for segment in snapshot["segments"] for block in segment["blocks"]]
-    first_product = ("/srv/job/memory_job.py", number_of("x = torch.relu(self.layers[0](x))"))
-    (workspace,) = [
-        b for b in blocks
-        if b["state"] == "active_allocated" and b["size"] == 32 * 2**20
-        and first_product in [(f["filename"], f["line"]) for f in b["frames"]]
-    ]  # fmt: skip
-    assert any("setWorkspaceForHandle" in frame["name"] for frame in workspace["frames"])
+    return [block for block in blocks if block["state"] == "active_allocated"]
+
+
+def job_lines(block: dict) -> list[int]:
+    return [f["line"] for f in block["frames"] if f["filename"] == "/srv/job/memory_job.py"]
+
+
+def named(block: dict, part: str) -> bool:
+    return any(part in frame["name"] for frame in block["frames"])
+
+
+def test_the_first_matrix_products_line_holds_cublass_workspaces():
+    first_product = number_of("x = torch.relu(self.layers[0](x))")
+    there = [b for b in blocks_in_use(1) if job_lines(b)[:1] == [first_product]]
+    assert sorted(b["size"] / 2**20 for b in there) == [1, 32]
+    assert all(named(b, "getCUDABlasLtWorkspace") for b in there)
+
+
+def test_the_blocks_without_a_line_of_the_job_are_the_backwards_workspace_and_last_gradients():
+    lineless = [b for b in blocks_in_use(1) if not job_lines(b)]
+    assert sum(b["size"] for b in lineless) / 2**20 == pytest.approx(36.0078125)
+    assert all(named(b, "torch::autograd::Engine::evaluate_function") for b in lineless)
+    (workspace,) = [b for b in lineless if b["size"] == 32 * 2**20]
+    assert named(workspace, "setWorkspaceForHandle")
+    gradients = sorted(b["size"] for b in lineless if b is not workspace)
+    assert gradients == [2048] * 4 + [2**20] * 4, "the last step's: four weights and biases"
