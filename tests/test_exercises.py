@@ -1334,9 +1334,9 @@ WRONG_11_2 = {
         lambda step, f: step + 40 * (f - 1), "moves the step by the change in the work"),
     "no change (the step as it is)": (lambda step, f: step, "does not change with the work"),
     "the what-if at its own factor (1)": (lambda step, f: step + 0.3, "does not change with the work"),
-    "twice the work": (lambda step, f: 80 * f, "not within the noise of the run with"),
+    "twice the work": (lambda step, f: 80 * f, "not within the noise of the runs"),
     "a straight line through the work past the wait": (
-        lambda step, f: 40 * f + 1, "not within the noise of the run with"),
+        lambda step, f: 40 * f + 1, "not within the noise of the runs"),
 }  # fmt: skip
 
 

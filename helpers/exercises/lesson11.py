@@ -144,9 +144,10 @@ def _predicted_before_the_run(
             )
         if len({round(guess) for _, guess, _, _ in said}) == 1:
             return False, "your prediction does not change with the work: past rank 1's 60 ms, rank 0's work is on the path"  # fmt: skip
-        off = " and ".join(f"{factor:g}x" for factor, _, row, _ in said if not within_noise(row))
-        return False, (  # the measured steps are not said: a prediction could be fitted to them
-            f"not within the noise of the run with {off} the work: is it what_if's replay with "
+        # neither the measured steps nor which prediction missed are said: a prediction could
+        # be fitted to them
+        return False, (
+            "not within the noise of the runs with that work: is it what_if's replay with "
             "rank 0's overlapped work at factor= times its time, read as the median of the "
             "steps after the replay settled (the last four)?"
         )

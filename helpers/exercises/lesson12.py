@@ -90,7 +90,7 @@ def _gpu_time_on_the_path(answer: Any, seed: Any = None) -> tuple[bool | None, s
         ranks = set(truth) | set(said)
         if not all(within(said.get(r, 0.0), truth.get(r, 0.0), _GPU_MS_TOLERANCE) for r in ranks):
             return False, (
-                f"not yet, in {folder}'s step {step}: is it the path of that step "
+                "not yet, in one of the steps drawn: is it the path of that step "
                 "(critical_path(events)), all of its time on the lanes named GPU ... (every kind "
                 "of segment there, queued and waiting time too), by rank and in ms? The GPU's "
                 "work off the path does not count"
