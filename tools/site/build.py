@@ -34,6 +34,7 @@ GUIDES = (
     "docs/INSTRUCTORS.md",
     "data/gpu-traces/README.md",
     "data/h200-job/README.md",
+    "data/h200-memory/README.md",
     "data/nccl-job/README.md",
     "data/nvrx-hang/README.md",
 )
