@@ -49,15 +49,18 @@ CASES = {
 }
 
 
-def agreement(run_dir: Path) -> tuple[pd.Series, pd.DataFrame]:
+def agreement(run_dir: Path, device: str | None = None) -> tuple[pd.Series, pd.DataFrame]:
     """Per rank, the share of bytes alive at its peak on which both agree; and the bytes they
     differ on, by rank, profiler's and inferred category (what was alive is
-    :func:`helpers.alive_at_peak`'s, by the pair of categories)."""
+    :func:`helpers.alive_at_peak`'s, by the pair of categories). ``device``: that device's
+    peaks alone (``cuda:0``, where the job wrote the timeline of its GPU); None: every one."""
     memory, events = load_memory(run_dir), load_run(run_dir, cache=False).events
     theirs = allocation_lives(memory, events, load_memory_categories(run_dir))
     ours = allocation_lives(memory, events)
     pairs = theirs["category"].fillna("(none)") + " | " + ours["category"].fillna("(none)")
     alive = alive_at_peak(theirs.assign(pair=pairs.to_numpy()), memory, by="pair")
+    if device is not None:
+        alive = alive[alive["device"] == device]
     alive[["category", "inferred"]] = alive["pair"].str.split(" \\| ", expand=True)
     same = alive["category"] == alive["inferred"]
     shares = alive["mib"].where(same, 0).groupby(alive["rank"]).sum() / alive.groupby("rank")["mib"].sum()  # fmt: skip

@@ -7,11 +7,12 @@ line."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from conftest import KEPT_IN, REPO
 from helpers import (
-    alive_at_peak,
     allocation_lives,
     load_memory,
     load_memory_categories,
@@ -23,6 +24,9 @@ from helpers import (
 from helpers._plaindata import read_plain_data
 from helpers.report import build_report
 from helpers.traces import snapshot as snapshot_module
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from memory_categories import agreement  # noqa: E402
 
 DATA = REPO / "data" / "h200-memory"
 JOB = (DATA / "memory_job.py").read_text().splitlines()
@@ -75,16 +79,11 @@ def test_the_report_of_a_gpu_run_names_the_rank_the_mib_a_step_and_the_function(
 
 @CASES
 def test_the_inferred_categories_on_a_gpu_agree_with_the_profilers_at_each_peak(case):
-    theirs, memory = lives_of(case, with_categories=True)
-    ours, _ = lives_of(case)
+    theirs, _ = lives_of(case, with_categories=True)
     on_the_gpu = theirs[theirs["device"] == "cuda:0"]
     assert (on_the_gpu["category_from"] == "profiler").all(), "the timeline is of cuda:0"
-    pairs = theirs["category"].fillna("(none)") + " | " + ours["category"].fillna("(none)")
-    alive = alive_at_peak(theirs.assign(pair=pairs.to_numpy()), memory, by="pair")
-    alive = alive[alive["device"] == "cuda:0"]
-    same = alive["pair"].map(lambda pair: len(set(pair.split(" | "))) == 1)
-    agree = alive["mib"].where(same, 0).groupby(alive["rank"]).sum() / alive.groupby("rank")["mib"].sum()  # fmt: skip
-    assert agree.tolist() == pytest.approx([1.0, 1.0]), alive[~same]
+    agree, differ = agreement(DATA / case, device="cuda:0")
+    assert agree.tolist() == pytest.approx([1.0, 1.0]), differ
 
 
 def test_a_real_snapshot_names_the_line_that_keeps_a_mib_every_step_on_the_keeping_rank_only():
