@@ -5,10 +5,10 @@
 It writes ``memory_job.py`` from lesson 15 with its tensors moved onto GPU 0 (2 ranks sharing
 the GPU over gloo, CUDA tensors), the profiler's CUDA activity on, the profiler's memory
 timeline of GPU 0, and each rank's CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``)
-beside its trace. Then it runs the cases below under torchrun, gzips the traces, runs lesson 15's
-snapshot cell, and packs everything into ``OUT/gpu-memory.tar.gz``. It imports nothing of the
-series (the GPU machine may lack its dependencies); ``tests/test_gpu_memory.py`` reads what it
-recorded.
+beside its trace. Then it runs the cases below under torchrun in :data:`JOB_DIR` (the folder
+the files then name, as ``data/h200-memory`` holds them), gzips the traces, and packs everything
+into ``OUT/gpu-memory.tar.gz``. It imports nothing of the series (the GPU machine may lack its
+dependencies); ``tests/test_gpu_memory.py`` reads what it recorded.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LESSON = REPO / "notebooks" / "15_where_the_memory_went.ipynb"
+#: Where the job runs: its traces and snapshots name this folder, none of the machine's own.
+JOB_DIR = Path("/srv/job")
 
 #: name: the job's arguments. ``leak``: the lesson's leak (rank 1 keeps 1 MiB a step in its
 #: forward); ``held-out``: rank 0 keeps 0.5 MiB a step in its loss; ``fsdp``: no leak, FSDP2
@@ -110,17 +112,11 @@ def run_case(work: Path, name: str, args: list[str]) -> None:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
-    work = out / "gpu-memory"
+    out, work = Path(sys.argv[1]), JOB_DIR
     work.mkdir(parents=True)
     (work / "memory_job.py").write_text(gpu_script() + "\n")
     for name, args in CASES.items():
         run_case(work, name, args)
-    # Lesson 15's snapshot cell, as the lesson runs it.
-    cell = lesson_cell("_record_memory_history")
-    done = subprocess.run([sys.executable, "-c", cell], cwd=work, capture_output=True, text=True)
-    (work / "snapshot-cell.txt").write_text(done.stdout + done.stderr)
-    print("lesson 15's snapshot cell:\n" + done.stdout + done.stderr)
     import torch
 
     (work / "versions.txt").write_text(
