@@ -1984,9 +1984,17 @@ def test_11_1s_hint_holds_at_the_smallest_delay_it_draws(part, tmp_path, monkeyp
     # the run launch_with_a_hidden_slowdown makes when it draws rank 1, this part and 60 ms
     common = ["--steps", "9", "--wait", "2", "--warmup", "1", "--active", "6"]
     slowed = ["--slow-rank", "1", "--delay-ms", f"{delay:g}", "--slow-part", part]
-    run = launch("train_ddp.py", nproc=2, args=[*common, *slowed], echo=False, traces_root=tmp_path / "traces")  # fmt: skip
-    ops = path_summary(critical_path(load_run(run, cache=False).events), ["rank", "name"])
-    on_path = {p: ops.loc[ops["name"].str.contains(op), "ms_per_step"] for p, op in OPS_OF_PARTS.items()}  # fmt: skip
-    held = {p: float(rows.max()) if len(rows) else 0.0 for p, rows in on_path.items()}
+
+    def held_per_part() -> dict[str, float]:
+        run = launch("train_ddp.py", nproc=2, args=[*common, *slowed], echo=False, traces_root=tmp_path / "traces")  # fmt: skip
+        ops = path_summary(critical_path(load_run(run, cache=False).events), ["rank", "name"])
+        on_path = {p: ops.loc[ops["name"].str.contains(op), "ms_per_step"] for p, op in OPS_OF_PARTS.items()}  # fmt: skip
+        return {p: float(rows.max()) if len(rows) else 0.0 for p, rows in on_path.items()}
+
+    # the hint's way out when none of the three holds tens of ms: launch again (once, here). A
+    # busy CI machine once hid the whole sleep (0.0, 1.0 and 0.9 ms a step for the three ops)
+    held = held_per_part()
+    if max(held.values()) < 20:
+        held = held_per_part()
     others = max(held[p] for p in held if p != part)
     assert held[part] >= 20 and held[part] > 5 * others, held

@@ -1,5 +1,9 @@
 """A claim of lesson 6, measured: TensorPipe's default transport between processes on one host
-keeps a thread busy in every idle RPC process; the TCP transport ("uv") does not."""
+keeps a thread busy in every idle RPC process; the TCP transport ("uv") does not.
+
+Idle, the polling thread takes a whole core (0.98 and 1.00 here on 2026-12-04), the TCP transport
+under a thousandth of one. Beside other work it gets its share only: 0.44 and 0.53 of a core on a
+busy CI machine of 2 cores, so the bound is a fifth of a core, ten times the TCP one."""
 
 import json
 
@@ -39,9 +43,9 @@ def idle_cpu(idle_worker, tmp_path, transport: str) -> list[float]:
 
 def test_an_idle_rpc_process_on_the_default_transport_keeps_a_core_busy(idle_worker, tmp_path):
     busy = idle_cpu(idle_worker, tmp_path, "default")
-    assert len(busy) == 2 and min(busy) > 0.5, f"cores busy while idle: {busy}"
+    assert len(busy) == 2 and min(busy) > 0.2, f"cores busy while idle: {busy}"
 
 
 def test_an_idle_rpc_process_on_the_tcp_transport_uses_no_cpu(idle_worker, tmp_path):
     busy = idle_cpu(idle_worker, tmp_path, "uv")
-    assert len(busy) == 2 and max(busy) < 0.2, f"cores busy while idle: {busy}"
+    assert len(busy) == 2 and max(busy) < 0.02, f"cores busy while idle: {busy}"
