@@ -32,10 +32,19 @@ DATA = REPO / "data" / "h200-memory"
 JOB = (DATA / "memory_job.py").read_text().splitlines()
 
 #: case: (the rank that keeps memory, MiB a step, the function that keeps it)
-KEEPS = {"leak": (1, 1.0, "forward"), "held-out": (0, 0.5, "loss")}
+KEEPS = {"leak": (1, 1.0, "forward"), "held-out": (0, 0.5, "loss"), "wide": (1, 1.0, "forward")}
 FUNCTION = {"forward": "forward", "loss": "loss_of"}
 CASES = pytest.mark.parametrize(
-    "case", ["leak", "held-out"], ids=["rank-1-keeps-1-MiB-in-its-forward", "rank-0-keeps-half-a-MiB-in-its-loss"]
+    "case",
+    ["leak", "held-out", "wide"],
+    ids=["rank-1-keeps-1-MiB-in-its-forward", "rank-0-keeps-half-a-MiB-in-its-loss", "width-768-batch-128"],
+)  # fmt: skip
+#: Every run with the profiler's timeline: ``wide`` and ``keeps-nothing`` were recorded after
+#: the category rules were last changed, so they hold the rules to runs never read before.
+TIMELINED = pytest.mark.parametrize(
+    "case",
+    ["leak", "held-out", "wide", "keeps-nothing"],
+    ids=["leak", "held-out", "held-out-width-768-batch-128", "held-out-keeps-nothing"],
 )  # fmt: skip
 
 
@@ -77,7 +86,11 @@ def test_the_report_of_a_gpu_run_names_the_rank_the_mib_a_step_and_the_function(
     assert f"Rank {1 - rank}: no growth." in section.text
 
 
-@CASES
+def test_a_gpu_run_that_keeps_nothing_grows_on_no_rank():
+    assert memory_growth(lives_of("keeps-nothing")[0]).empty
+
+
+@TIMELINED
 def test_the_inferred_categories_on_a_gpu_agree_with_the_profilers_at_each_peak(case):
     theirs, _ = lives_of(case, with_categories=True)
     on_the_gpu = theirs[theirs["device"] == "cuda:0"]

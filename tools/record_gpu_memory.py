@@ -1,13 +1,13 @@
 """Record lesson 15's memory job on a GPU, as test data: run it where there is one.
 
-    python tools/record_gpu_memory.py OUT
+    python tools/record_gpu_memory.py OUT [CASE ...]
 
 It writes ``memory_job.py`` from lesson 15 with its tensors moved onto GPU 0 (2 ranks sharing
 the GPU over gloo, CUDA tensors), the profiler's CUDA activity on, the profiler's memory
 timeline of GPU 0, and each rank's CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``)
 beside its trace. Then it runs the cases below under torchrun in :data:`JOB_DIR` (the folder
 the files then name, as ``data/h200-memory`` holds them), gzips the traces, and packs everything
-into ``OUT/gpu-memory.tar.gz``. It imports nothing of the series (the GPU machine may lack its
+into ``OUT/gpu-memory.tar.gz``. Without a CASE, it runs ``leak``, ``held-out`` and ``fsdp``. It imports nothing of the series (the GPU machine may lack its
 dependencies); ``tests/test_gpu_memory.py`` reads what it recorded.
 """
 
@@ -35,7 +35,12 @@ CASES = {
     "leak": ["--keep-rank", "1", "--timeline"],
     "held-out": ["--keep-rank", "0", "--keep-mib", "0.5", "--keep-in", "loss", "--timeline"],
     "fsdp": ["--fsdp"],
+    "wide": ["--width", "768", "--batch", "128", "--keep-rank", "1", "--timeline"],
+    "keeps-nothing": ["--timeline"],
 }
+#: Recorded after the rules were last changed, to hold their categories to runs never read
+#: before: ``wide``, another width and batch; ``keeps-nothing``, a job with no leak.
+HELD_OUT = ("wide", "keeps-nothing")
 
 #: (what the lesson's script says, what the GPU's says): each must be found exactly once.
 ON_THE_GPU = [
@@ -115,8 +120,11 @@ def main() -> None:
     out, work = Path(sys.argv[1]), JOB_DIR
     work.mkdir(parents=True)
     (work / "memory_job.py").write_text(gpu_script() + "\n")
-    for name, args in CASES.items():
-        run_case(work, name, args)
+    names = sys.argv[2:] or ["leak", "held-out", "fsdp"]
+    if unknown := set(names) - set(CASES):
+        raise SystemExit(f"no such case: {sorted(unknown)}; the cases are {list(CASES)}")
+    for name in names:
+        run_case(work, name, CASES[name])
     import torch
 
     (work / "versions.txt").write_text(

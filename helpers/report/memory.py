@@ -47,7 +47,8 @@ def memory_section(files: list[Path], events: pd.DataFrame) -> Section:
     growth = memory_growth(lives)
     lines = alive_at_peak(lives, memory, by="line")
     text = " ".join(
-        [
+        part
+        for part in [
             _peaks_text(peaks, alive_at_peak(lives, memory), lines, lives),
             _why_text(
                 peaks, peak_difference(lives, memory), peak_difference(lives, memory, "line")
@@ -56,7 +57,8 @@ def memory_section(files: list[Path], events: pd.DataFrame) -> Section:
             _before_text(freed_before_trace(memory)),
             _cache_text(memory, peaks),
         ]
-    ).strip()
+        if part  # a part with nothing to say adds no space
+    )
     table = _table(peaks, memory_peaks(memory), growth, lines)
     return Section(MEMORY_TITLE, text, table)
 
