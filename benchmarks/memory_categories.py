@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the runs go")
     args = parser.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="memory-categories-"))
+    root.mkdir(parents=True, exist_ok=True)
     script_from_lesson("memory_job.py", "15_where_the_memory_went.ipynb", dest=root)
     rows = []
     for name, (job_args, tuned) in CASES.items():

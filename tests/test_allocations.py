@@ -87,6 +87,26 @@ def test_the_kept_copies_are_inferred_activations_as_the_profiler_calls_them(mem
     assert set(kept["category_from"]) == {"inferred"}
 
 
+def test_where_the_inference_and_the_profiler_differ_at_a_cpu_peak_it_is_the_optimizers_own_results(kept_runs):  # fmt: skip
+    # what keeps the ranks that keep nothing at 80.7-81.8 % agreement on a CPU
+    # (benchmarks/memory_categories.py): Adam's sqrt and div results, made and freed within its
+    # step, which the profiler on a CPU files under parameter and activation (and an 8-byte
+    # scalar under input), categories that a block living under a millisecond cannot be
+    run = kept_runs["forward"].run_dir
+    memory, events = load_memory(run), load_run(run, cache=False).events
+    theirs = allocation_lives(memory, events, load_memory_categories(run))
+    ours = allocation_lives(memory, events)["category"].to_numpy()
+    (calm,) = peak_moments(theirs, memory).query("rank == 0").itertuples()
+    lives = theirs.assign(inferred=ours).query("rank == 0")
+    alive = lives[(lives["alloc_us"] <= calm.at_us) & ~(lives["free_us"] <= calm.at_us)]
+    differ = alive[alive["category"].fillna("") != alive["inferred"].fillna("")]
+    steps = events[(events["rank"] == 0) & events["name"].str.startswith("Optimizer.step")]
+    within = [((steps["start_us"] <= a) & (f <= steps["end_us"])).any() for a, f in zip(differ["alloc_us"], differ["free_us"])]  # fmt: skip
+    assert calm.phase == "optimizer" and len(differ) and all(within), differ
+    assert set(differ["category"]) <= {"parameter", "activation", "input"}
+    assert differ["bytes"].sum() / alive["bytes"].sum() < 0.2
+
+
 def test_the_memory_timeline_beside_the_traces_is_not_read_as_a_trace(kept_runs):
     run = load_run(kept_runs["forward"].run_dir, cache=False)
     assert not run.skipped and sorted(run.events["rank"].unique()) == [0, 1]
