@@ -1959,42 +1959,64 @@ def test_a_rank_slowed_at_random_is_written_where_the_live_script_reads_it(tmp_p
     assert chosen == {0, 1}
 
 
-#: The op each part of 11.1's hidden slowdown runs as, as 11.1's hint names them.
+#: The op each part of 11.1's and 12.2's hidden slowdown runs as, as their hints name them.
 OPS_OF_PARTS = {
     "data": "DataLoader",
     "backward": "BackwardHookFunctionBackward",
     "optimizer": r"Optimizer\.step",
 }
+#: The run launch_with_a_hidden_slowdown makes, but for the slowdown (at 60 ms: 6 profiled steps).
+HIDDEN_RUN = ["--steps", "9", "--wait", "2", "--warmup", "1", "--active", "6"]
+
+
+def held_by_part(ops, column: str) -> dict[str, float]:
+    """The largest ``column`` (ms a step) of any rank's op of each part in ``ops``."""
+    on_path = {p: ops.loc[ops["name"].str.contains(op), column] for p, op in OPS_OF_PARTS.items()}
+    return {p: float(rows.abs().max()) if len(rows) else 0.0 for p, rows in on_path.items()}
+
+
+@pytest.fixture(scope="module")
+def normal_ddp_run(tmp_path_factory):
+    """A run of lesson 3's train_ddp.py with no slowdown, as 12.2 compares a hidden one to."""
+    from helpers import launch, script_from_lesson
+
+    root = tmp_path_factory.mktemp("normal")
+    script_from_lesson("train_ddp.py", "03_ddp_under_torchrun.ipynb", dest=root)
+    return launch(root / "train_ddp.py", nproc=2, args=HIDDEN_RUN, echo=False, traces_root=root)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("part", list(OPS_OF_PARTS))
-def test_11_1s_hint_holds_at_the_smallest_delay_it_draws(part, tmp_path, monkeypatch):
+def test_the_hints_of_11_1_and_12_2_hold_at_the_smallest_delay_they_draw(part, normal_ddp_run, tmp_path, monkeypatch):  # fmt: skip
     # at 60 ms a rank's compute can hold more of the path than the slowed part (95-179 ms a step
-    # in three runs), so the hint compares the three ops, not kinds: the slowed one holds tens of
-    # ms a step, the other two hardly any (60.3-60.8 against at most 0.9 ms idle; on a busy CI
+    # in three runs), and two runs of the job can differ by more than 60 ms a step, so both hints
+    # compare the three ops, not kinds: the slowed one holds (11.1) or gained (12.2) tens of ms a
+    # step, the other two hardly any (60.3-60.8 against at most 0.9 ms idle; on a busy CI
     # machine the other rank's slower backward hid half the sleep: 30.2 against 2.1)
-    from helpers import critical_path, launch, path_summary, script_from_lesson
+    from helpers import compare_runs, critical_path, launch, path_summary, script_from_lesson
     from helpers.exercises.hidden import STRAGGLER_DELAYS_MS
+    from helpers.exercises.lesson12 import KINDS_BY_PART
     from helpers.traces import load_run
 
     script_from_lesson("train_ddp.py", "03_ddp_under_torchrun.ipynb", dest=tmp_path)
     monkeypatch.chdir(tmp_path)
-    delay = min(STRAGGLER_DELAYS_MS)
-    # the run launch_with_a_hidden_slowdown makes when it draws rank 1, this part and 60 ms
-    common = ["--steps", "9", "--wait", "2", "--warmup", "1", "--active", "6"]
-    slowed = ["--slow-rank", "1", "--delay-ms", f"{delay:g}", "--slow-part", part]
+    slowed = ["--slow-rank", "1", "--delay-ms", f"{min(STRAGGLER_DELAYS_MS):g}", "--slow-part", part]  # fmt: skip
 
-    def held_per_part() -> dict[str, float]:
-        run = launch("train_ddp.py", nproc=2, args=[*common, *slowed], echo=False, traces_root=tmp_path / "traces")  # fmt: skip
-        ops = path_summary(critical_path(load_run(run, cache=False).events), ["rank", "name"])
-        on_path = {p: ops.loc[ops["name"].str.contains(op), "ms_per_step"] for p, op in OPS_OF_PARTS.items()}  # fmt: skip
-        return {p: float(rows.max()) if len(rows) else 0.0 for p, rows in on_path.items()}
+    def slowed_run():
+        run = launch("train_ddp.py", nproc=2, args=[*HIDDEN_RUN, *slowed], echo=False, traces_root=tmp_path / "traces")  # fmt: skip
+        events = load_run(run, cache=False).events
+        return events, held_by_part(path_summary(critical_path(events), ["rank", "name"]), "ms_per_step")  # fmt: skip
 
-    # the hint's way out when none of the three holds tens of ms: launch again (once, here). A
+    # the hints' way out when none of the three holds tens of ms: launch again (once, here). A
     # busy CI machine once hid the whole sleep (0.0, 1.0 and 0.9 ms a step for the three ops)
-    held = held_per_part()
+    events, held = slowed_run()
     if max(held.values()) < 20:
-        held = held_per_part()
+        events, held = slowed_run()
     others = max(held[p] for p in held if p != part)
-    assert held[part] >= 20 and held[part] > 5 * others, held
+    assert held[part] >= 20 and held[part] > 5 * others, f"11.1: {held}"
+    compared = compare_runs(load_run(normal_ddp_run, cache=False).events, events)
+    changed = held_by_part(compared.held, "change_ms")
+    others = max(changed[p] for p in changed if p != part)
+    assert changed[part] >= 20 and changed[part] > 5 * others, f"12.2: {changed}"
+    top = compared.held[compared.held["name"].str.contains(OPS_OF_PARTS[part])].iloc[0]
+    assert (top["rank"], top["kind"]) == (1, KINDS_BY_PART[part]), "12.2: its rank and kind"

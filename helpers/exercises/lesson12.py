@@ -126,8 +126,11 @@ def _the_change_between_two_runs(answer: Any, run: Any = None, before: Any = Non
         ],  # fmt: skip
         None,  # a shift, not a delay: any number of ms is an answer
         "not yet: compared = compare_runs(before, after) with the normal run first; the steps' "
-        "shift is its steps table's change row (shift_ms), the rank and the kind are where the "
-        "path changed most (compared.held, largest change first: its first row)",
+        "shift is its steps table's change row (shift_ms). Each part runs as one op: the "
+        "DataLoader's __next__, the hook around layer3 (BackwardHookFunctionBackward), "
+        "Optimizer.step. In compared.held, the slowed one gained tens of ms a step on one rank "
+        "and the other two hardly any: its rank and kind are the answer (compare those three "
+        "ops: two runs can move a rank's compute by more than the delay)",
     )
     if hint:
         return False, hint
