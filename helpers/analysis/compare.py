@@ -278,7 +278,8 @@ def _verdict(
         said = (
             f"The steps {word} by {abs(change['shift_ms']):.1f} ms (their shift; interval "
             f"{interval}): the median step (last rank's end to last rank's end) went from "
-            f"{before:.1f} to {after:.1f} ms. The largest change on the critical path is rank {top['rank']}'s {top['name']} "
+            f"{before:.1f} to {after:.1f} ms. The largest change on the critical path is rank "
+            f"{top['rank']}'s {top['name']} "
             f"({kind_said(top['kind'])}): {top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, "
             f"{share:.0%} of the change in the mean step ({most})."
         )
