@@ -266,8 +266,8 @@ def _verdict(
     )
     if within_noise(change):
         said = (
-            "No change beyond the noise: the median step (last rank's end to last rank's end) "
-            f"went from {before:.1f} to {after:.1f} ms, a shift of {change['shift_ms']:+.1f} ms "
+            "No change beyond the noise: the median step (wall time, from the last rank's end of "
+            f"the step before) went from {before:.1f} to {after:.1f} ms, a shift of {change['shift_ms']:+.1f} ms "
             f"whose interval ({interval}) holds 0."
         )
     else:
@@ -277,8 +277,8 @@ def _verdict(
         most = "most of it" if share > 0.5 else "part of it"
         said = (
             f"The steps {word} by {abs(change['shift_ms']):.1f} ms (their shift; interval "
-            f"{interval}): the median step (last rank's end to last rank's end) went from "
-            f"{before:.1f} to {after:.1f} ms. The largest change on the critical path is rank "
+            f"{interval}): the median step (wall time, from the last rank's end of the step "
+            f"before) went from {before:.1f} to {after:.1f} ms. The largest change on the critical path is rank "
             f"{top['rank']}'s {top['name']} "
             f"({kind_said(top['kind'])}): {top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, "
             f"{share:.0%} of the change in the mean step ({most})."
@@ -289,8 +289,8 @@ def _verdict(
         steps = f"its steps {row['steps_low_ms']:.1f} to {row['steps_high_ms']:.1f} ms"
         said += (
             f" The what-if predicted {row['predicted_ms']:.1f} ms; the run measured "
-            f"{row['measured_ms']:.1f} ms (the median over steps of the ranks' median, as the "
-            f"what-if predicts it, not that span): the prediction is {abs(row['miss_ms']):.1f} ms "
+            f"{row['measured_ms']:.1f} ms (per step, the median of the ranks' own step times, "
+            f"which the what-if predicts, not the wall time above): the prediction is {abs(row['miss_ms']):.1f} ms "
             f"({abs(row['miss_pct']):.0f} %) {side} it, "
             + (
                 f"within the noise of the run ({steps})."

@@ -70,9 +70,9 @@ def _the_slowed_part(answer: Any, run: Any) -> tuple[bool, str]:
         "optimizer as Optimizer.step. On the path by rank and op (path_summary(path, "
         "['rank', 'name'])), the slowed one holds tens of ms a step and the other two hardly "
         "any: compare those three ops, not kinds (a rank's compute can hold more than the "
-        "delay). The delay is that op's time per step on the slowed rank less the same op's "
-        "on the other rank. If none of the three holds tens of ms, a busy machine slowed the "
-        "other rank by more than the delay and hid it: launch again",
+        "delay). The delay is that op's time per step in the trace on the slowed rank less "
+        "the same op's on the other rank. If none of the three holds tens of ms, a busy "
+        "machine slowed the other rank by more than the delay and hid it: launch again",
     )
     if hint:
         return False, hint
