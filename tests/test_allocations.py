@@ -18,6 +18,7 @@ from helpers import (
     peak_difference,
     peak_moments,
 )
+from helpers.analysis.memory import allocations_at_peak
 from helpers.jobs import launch
 from helpers.report import build_comparison, build_report
 
@@ -97,8 +98,7 @@ def test_where_the_inference_and_the_profiler_differ_at_a_cpu_peak_it_is_the_opt
     theirs = allocation_lives(memory, events, load_memory_categories(run))
     ours = allocation_lives(memory, events)["category"].to_numpy()
     (calm,) = peak_moments(theirs, memory).query("rank == 0").itertuples()
-    lives = theirs.assign(inferred=ours).query("rank == 0")
-    alive = lives[(lives["alloc_us"] <= calm.at_us) & ~(lives["free_us"] <= calm.at_us)]
+    alive = allocations_at_peak(theirs.assign(inferred=ours), memory).query("rank == 0")
     differ = alive[alive["category"].fillna("") != alive["inferred"].fillna("")]
     steps = events[(events["rank"] == 0) & events["name"].str.startswith("Optimizer.step")]
     within = [((steps["start_us"] <= a) & (f <= steps["end_us"])).any() for a, f in zip(differ["alloc_us"], differ["free_us"])]  # fmt: skip

@@ -267,8 +267,8 @@ def _verdict(
     if within_noise(change):
         said = (
             "No change beyond the noise: the median step (wall time, from the last rank's end of "
-            f"the step before) went from {before:.1f} to {after:.1f} ms, a shift of {change['shift_ms']:+.1f} ms "
-            f"whose interval ({interval}) holds 0."
+            f"the step before) went from {before:.1f} to {after:.1f} ms, a shift of "
+            f"{change['shift_ms']:+.1f} ms whose interval ({interval}) holds 0."
         )
     else:
         word = "fell" if change["shift_ms"] < 0 else "rose"
@@ -278,9 +278,9 @@ def _verdict(
         said = (
             f"The steps {word} by {abs(change['shift_ms']):.1f} ms (their shift; interval "
             f"{interval}): the median step (wall time, from the last rank's end of the step "
-            f"before) went from {before:.1f} to {after:.1f} ms. The largest change on the critical path is rank "
-            f"{top['rank']}'s {top['name']} "
-            f"({kind_said(top['kind'])}): {top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, "
+            f"before) went from {before:.1f} to {after:.1f} ms. The largest change on the "
+            f"critical path is rank {top['rank']}'s {top['name']} ({kind_said(top['kind'])}): "
+            f"{top['before_ms']:.1f} to {top['after_ms']:.1f} ms a step, "
             f"{share:.0%} of the change in the mean step ({most})."
         )
     if prediction is not None:
@@ -290,8 +290,8 @@ def _verdict(
         said += (
             f" The what-if predicted {row['predicted_ms']:.1f} ms; the run measured "
             f"{row['measured_ms']:.1f} ms (per step, the median of the ranks' own step times, "
-            f"which the what-if predicts, not the wall time above): the prediction is {abs(row['miss_ms']):.1f} ms "
-            f"({abs(row['miss_pct']):.0f} %) {side} it, "
+            "which the what-if predicts, not the wall time above): the prediction is "
+            f"{abs(row['miss_ms']):.1f} ms ({abs(row['miss_pct']):.0f} %) {side} it, "
             + (
                 f"within the noise of the run ({steps})."
                 if row["covered"]

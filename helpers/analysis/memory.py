@@ -79,14 +79,21 @@ def peak_moments(lives: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
     return peaks[["rank", "device", "peak_mib", "at_us", "step", "phase"]]
 
 
+def allocations_at_peak(lives: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame:
+    """The allocations of ``lives`` (:func:`helpers.allocation_lives`'s frame) alive at their
+    rank's and device's peak (:func:`peak_moments`): made by it and not freed before it, one
+    row each, with the peak's ``at_us``."""
+    peaks = peak_moments(lives, memory)[["rank", "device", "at_us"]]
+    mine = lives.merge(peaks, on=["rank", "device"])
+    return mine[(mine["alloc_us"] <= mine["at_us"]) & ~(mine["free_us"] <= mine["at_us"])]
+
+
 def alive_at_peak(lives: pd.DataFrame, memory: pd.DataFrame, by: str = "category") -> pd.DataFrame:
     """What was alive at each rank's and device's peak (:func:`peak_moments`), by ``by``
     (``category``, ``op`` or ``line``): the allocations of the trace made by the peak and not
     freed before it. Returns ``rank, device, <by>`` (``"(none)"`` where an allocation has
     none), ``mib`` and ``allocations``, the most first within each rank and device."""
-    peaks = peak_moments(lives, memory)[["rank", "device", "at_us"]]
-    mine = lives.merge(peaks, on=["rank", "device"])
-    alive = mine[(mine["alloc_us"] <= mine["at_us"]) & ~(mine["free_us"] <= mine["at_us"])]
+    alive = allocations_at_peak(lives, memory)
     keys = alive[by].astype(object).where(alive[by].notna(), "(none)")
     table = alive.assign(**{by: keys}).groupby(["rank", "device", by], sort=True)["bytes"]
     table = table.agg(mib="sum", allocations="size").reset_index()
