@@ -123,13 +123,17 @@ refresh: install
 	done
 	$(BIN)/python tools/clean_notebooks.py $(NOTEBOOKS) $(SOLUTIONS)
 
-# Maintainers: record the lessons' runs anew into recordings/ (what recorded mode replays).
+# Maintainers: record the lessons' runs anew into recordings/ (what recorded mode replays), then
+# every run the checks of exercises 11.2 and 14.2 can draw. recordings/gpu (`make gpu-rehearsal`,
+# made on a GPU machine) is kept.
 record: install
-	rm -rf recordings notebooks/*.py && mkdir -p recordings build/record
+	find recordings -mindepth 1 -maxdepth 1 ! -name gpu -exec rm -rf {} + ; rm -f notebooks/*.py
+	mkdir -p recordings build/record
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== recording the runs of $$nb"; \
 	  PDP_RECORD=1 $(EXECUTE) --output-dir build/record "$$nb" || exit 1; \
 	done
+	cd notebooks && PDP_RECORD=1 ../$(BIN)/python ../tools/record_check_runs.py
 	du -sh recordings
 
 # Pre-flight check of this machine before a workshop.

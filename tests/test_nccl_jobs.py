@@ -151,10 +151,11 @@ def test_a_stream_wait_without_a_record_call_is_matched_by_the_calls_or_the_gpus
 
 
 def test_the_report_says_how_the_kernels_were_matched_and_which_ran_before_a_rank_recorded():
-    said = build_report(job("torchrec-a2a-optimizer-2a")).section("What the traces cannot tell").text  # fmt: skip
+    report = build_report(job("torchrec-a2a-optimizer-2a"))
+    said = report.section("What the traces cannot tell").text
     assert "rank 0: 33, rank 1: 33, rank 2: 31, rank 3: 33 kernels" in said
     assert "6 collective kernels or spans ran while rank 2 was not recording yet" in said
-    assert "no partner on rank" not in build_report(job("torchrec-a2a-optimizer-2a")).section("What held the steps, what to fix first").text  # fmt: skip
+    assert "no partner on rank" not in report.section("What held the steps, what to fix first").text  # fmt: skip
 
 
 # ------------------------------------------------- the side stream and the slow op on one H200
