@@ -1341,6 +1341,29 @@ def test_11_2_not_written_yet_is_not_answered_and_runs_nothing(overlap_40, check
     assert said[0] is None and "not answered yet" in said[1] and check_runs[before:] == []
 
 
+def test_the_check_runs_tool_records_every_run_the_checks_of_11_2_and_14_2_can_draw(monkeypatch):
+    # tools/record_check_runs.py (what `make record` runs after the lessons): each launch it
+    # makes is a key of a shipped recording, and together they are every run the checks draw
+    import importlib.util
+
+    from helpers.exercises import lesson11, lesson14
+    from helpers.jobs.recorded import RECORDINGS_ROOT, _folder_name, _key
+
+    spec = importlib.util.spec_from_file_location("record_check_runs", REPO / "tools" / "record_check_runs.py")  # fmt: skip
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    keys = []
+    launched = lambda script, nproc, experiment, args, **_: keys.append(_key(script, experiment, nproc, 1, 1, args))  # noqa: E731  # fmt: skip
+    monkeypatch.setattr(lesson11, "launch", launched)
+    monkeypatch.setattr(lesson14, "launch", launched)
+    for record in tool.RECORDERS.values():
+        record()
+    drawn = {f"late-{late:g}-overlap-{40 * f:g}" for late, fs in lesson11.DRAWS for f in (1, *fs)}
+    drawn |= {f"pipeline-gpipe-{m}" for pair in lesson14.MICROBATCH_PAIRS for m in pair}
+    assert {k["experiment"] for k in keys} == drawn
+    assert all((RECORDINGS_ROOT / _folder_name(k) / "recording.json").is_file() for k in keys)
+
+
 WRONG_11_2 = {
     # (what, predict(events, factor), the hint)
     "moving the step by the change in the work": (

@@ -32,7 +32,7 @@ def runs_of_14_2() -> None:
     """Exercise 14.2: the GPipe job at every micro-batch count a pair can draw."""
     job = SimpleNamespace(script=lesson14.PIPELINE_SCRIPT, nproc=3)  # three stages
     for m in sorted({m for pair in lesson14.MICROBATCH_PAIRS for m in pair}):
-        lesson14._measured(job, m)
+        lesson14._gpipe_run(job, m)
 
 
 RECORDERS = {"11.2": runs_of_11_2, "14.2": runs_of_14_2}

@@ -84,11 +84,15 @@ def _bubble_and_step(said: Any, m: int) -> tuple[tuple[float, float] | None, str
     return ((bubble, step_ms), "") if None not in (bubble, step_ms) else (None, shape)
 
 
+def _gpipe_run(base: Any, m: int) -> Any:
+    """A fresh GPipe run of ``m`` micro-batches, run as ``base`` (one of the lesson's) was."""
+    return launch(base.script, nproc=base.nproc, experiment=f"pipeline-gpipe-{m}", cpu=True, echo=False, args=["--schedule", "gpipe", "--microbatches", str(m)])  # fmt: skip
+
+
 def _measured(base: Any, m: int) -> tuple[float, float]:
     """The bubble (%) and the median step (ms) of a GPipe run of ``m`` micro-batches, run now
     as ``base`` (one of the lesson's) was."""
-    run = launch(base.script, nproc=base.nproc, experiment=f"pipeline-gpipe-{m}", cpu=True, echo=False, args=["--schedule", "gpipe", "--microbatches", str(m)])  # fmt: skip
-    events = load_run(run).events
+    events = load_run(_gpipe_run(base, m)).events
     bubble = 100 * float(stage_waits(events).groupby("rank")["share"].median().median())
     return bubble, float(step_times(events).median(axis=1).median())
 
