@@ -87,7 +87,7 @@ test: install lint
 	PDP_CHECKS_MUST_PASS=1 $(NBVAL) --durations=15 notebooks solutions
 	$(MAKE) --no-print-directory test-recorded
 
-# A contributor's quick loop (about 3 minutes on 2 cores: 186 s twice on 2026-12-04): lint,
+# A contributor's quick loop (about 3 minutes on 2 cores: 160 to 186 s on 2026-12-04): lint,
 # the unit tests that launch no process (one case of each job in a sweep over the recordings and
 # real traces; a test of it that starts a process fails), and the analysis lessons in recorded
 # mode. `make test` before a submission.
