@@ -1364,6 +1364,17 @@ def test_the_check_runs_tool_records_every_run_the_checks_of_11_2_and_14_2_can_d
     assert all((RECORDINGS_ROOT / _folder_name(k) / "recording.json").is_file() for k in keys)
 
 
+def test_11_2_a_function_that_changes_its_events_leaves_the_checks_own_run_whole(
+    overlap_40, check_runs
+):
+    def predict(events, factor):
+        predicted = predict_with_what_if(events, factor)
+        events["start_us"] = events["end_us"]  # a slip, after a right answer: no time left
+        return predicted
+
+    assert accepted(evaluate("11.2", predict, slow=overlap_40, seed=0))
+
+
 WRONG_11_2 = {
     # (what, predict(events, factor), the hint)
     "moving the step by the change in the work": (
@@ -1441,8 +1452,8 @@ def test_11_2_says_how_late_the_batch_came_and_how_close_moving_the_step_came(ov
     ok, said = evaluate("11.2", predict_with_what_if, slow=overlap_40, seed=0)
     assert ok and re.search(
         r"rank 1's batch came \d+ ms late; \d\.\d+x the work: you predicted \d+ ms, the run "
-        r"measured \d+ ms \(within ±\d+ ms of noise\); moving the step by the change in the "
-        r"work said \d+ ms",
+        r"measured \d+ ms \(its last four steps \d+ to \d+ ms, ±\d+ ms of noise\); moving the "
+        r"step by the change in the work said \d+ ms",
         said,
     )
 

@@ -142,7 +142,8 @@ def _predicted_before_the_run(
     if still_unanswered(answer, None, factors[0]):  # before the first run, not after it
         return None, NOT_ANSWERED
     base = load_run(_overlap_run(slow, late, 40)).events
-    predicted, instead = predictions(lambda f: answer(base, f), factors, _in_ms)
+    # a copy each time: a function that changes its events in place changes only its own
+    predicted, instead = predictions(lambda f: answer(base.copy(), f), factors, _in_ms)
     if instead:
         return instead
     step = _median_step(base)
@@ -173,7 +174,8 @@ def _predicted_before_the_run(
         )
     return True, f"rank 1's batch came {late:g} ms late; " + "; ".join(
         f"{factor:g}x the work: you predicted {guess:.0f} ms, the run measured "
-        f"{row['measured_ms']:.0f} ms (within ±{row['noise_ms']:.0f} ms of noise); moving the "
+        f"{row['measured_ms']:.0f} ms (its last four steps {row['steps_low_ms']:.0f} to "
+        f"{row['steps_high_ms']:.0f} ms, ±{row['noise_ms']:.0f} ms of noise); moving the "
         f"step by the change in the work said {moved:.0f} ms ({moved - row['measured_ms']:+.0f} "
         "ms: rank 0's work filled a wait for rank 1's late batch)"
         for factor, guess, row, moved in said
