@@ -225,15 +225,16 @@ def predictions(
     """``predict(value)`` for each value a check drew, read with ``read(said, value)`` (the
     prediction, or None and why not), all of them before the check runs anything. Returns the
     predictions, or else the check's answer to give: not answered yet (``predict`` still
-    returns ``...``), or a hint (it raised, or gave something ``read`` refused)."""
-    if still_unanswered(predict, values[0]):
-        return {}, (None, NOT_ANSWERED)
+    returns ``...``), or a hint (it raised, or gave something ``read`` refused). ``predict``
+    is called once per value: a prediction can be a whole replay."""
     said = {}
     for value in values:
         try:
             raw = predict(value)
         except Exception as err:  # the learner's own code: any error is a hint, not a crash
             return {}, (False, f"predict({value}) raised {type(err).__name__}: {err}")
+        if raw is ... and not said:  # the first value's answer is the exercise's stub
+            return {}, (None, NOT_ANSWERED)
         said[value], why = read(raw, value)
         if said[value] is None:
             return {}, (False, why)
