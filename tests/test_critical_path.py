@@ -17,6 +17,7 @@ from helpers import (
     load_flight_records,
     path_summary,
     replay_error,
+    replay_step_times,
     what_if,
     with_groups_from_flight_records,
 )
@@ -201,6 +202,43 @@ def test_what_if_removes_the_slow_ranks_op_and_the_others_stop_waiting(one_colle
 def test_what_if_names_the_event_it_cannot_find(one_collective):
     with pytest.raises(ValueError, match=r"no event of rank 1 matches 'aten::conv'"):
         what_if(one_collective, rank=1, name="aten::conv")
+
+
+def test_lanes_cut_once_give_the_path_and_the_what_if_of_their_events_or_a_copy(one_collective):
+    lanes = lane_intervals(one_collective)
+    for events in (one_collective, one_collective.copy()):
+        pd.testing.assert_frame_equal(critical_path(events, lanes=lanes), critical_path(events))
+        predicted = what_if(events, rank=1, name="^aten::mm$", lanes=lanes)
+        pd.testing.assert_series_equal(predicted, what_if(events, rank=1, name="^aten::mm$"))
+
+
+def _moved(events: pd.DataFrame) -> pd.DataFrame:
+    """``events`` with one event a microsecond later: another run's events."""
+    moved = events.copy()
+    moved.loc[moved.index[-1], ["start_us", "end_us"]] += 1.0
+    return moved
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        lambda events, lanes: critical_path(events, lanes=lanes),
+        lambda events, lanes: what_if(events, rank=1, name="^aten::mm$", lanes=lanes),
+        lambda events, lanes: replay_error(events, lanes=lanes),
+        lambda events, lanes: replay_step_times(events, lanes=lanes),
+    ],
+    ids=["critical_path", "what_if", "replay_error", "replay_step_times"],
+)
+def test_lanes_of_other_events_are_an_error_that_says_what_to_pass(one_collective, use):
+    lanes = lane_intervals(one_collective)
+    with pytest.raises(ValueError, match=r"lanes= were cut from other events .* leave lanes= out"):
+        use(_moved(one_collective), lanes)
+
+
+def test_lanes_cut_with_another_window_are_an_error(one_collective):
+    lanes = lane_intervals(one_collective)
+    with pytest.raises(ValueError, match=r"lanes= were cut with window=None, not 'trace'"):
+        critical_path(one_collective, window="trace", lanes=lanes)
 
 
 def test_a_run_without_steps_has_no_path_and_says_why(tmp_path, write, kineto):

@@ -629,6 +629,19 @@ def test_a_cycle_in_the_graph_of_a_run_reaches_the_report_as_a_caution(tmp_path,
     assert "(wake-up; the first among" in said and "keep their measured times" in said
 
 
+def test_a_report_cuts_a_runs_lanes_once(tmp_path, monkeypatch):
+    from helpers.analysis.path import lanes
+    from helpers.report import held
+
+    cut, real = [], lanes.lane_intervals
+    counted = lambda *a, **k: cut.append(a) or real(*a, **k)  # noqa: E731
+    monkeypatch.setattr(lanes, "lane_intervals", counted)
+    monkeypatch.setattr(held, "lane_intervals", counted)
+    report = build_report(small_run(tmp_path))
+    assert "If rank" in report.section("What held the steps, what to fix first").text  # a what-if
+    assert len(cut) == 1
+
+
 def test_kernels_that_began_before_their_launch_reach_the_report_with_how_far(real_traces):
     # the TorchRec job's traces: 276 launch edges whose kernel began before its launch call by
     # the trace's clocks, up to 40 µs (helpers.analysis.path.graph.validate)

@@ -40,7 +40,7 @@ from .builders import graph_of
 from .dependencies import DEPENDENCIES
 from .graph import Graph, validate
 
-__all__ = ["Lanes", "lane_intervals", "findings_said"]
+__all__ = ["Lanes", "lane_intervals", "lanes_of", "findings_said"]
 
 _SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
 
@@ -60,7 +60,8 @@ class Lanes:
     shortest time held. ``steps``: each rank's steps (``rank, step,
     start_us, end_us``). ``pairs``: the sends paired with their receives
     (:func:`..point_to_point.sends_and_receives`); ``records``: the labels of the records of
-    sends and receives, whose waits are point to point (paired or not)."""
+    sends and receives, whose waits are point to point (paired or not). ``events`` and
+    ``window``: what they were cut from (:func:`lanes_of` holds a caller to them)."""
 
     intervals: pd.DataFrame
     lanes: pd.DataFrame
@@ -73,6 +74,8 @@ class Lanes:
     held_us: dict[int, float] = field(default_factory=dict)
     pairs: pd.DataFrame | None = None
     records: np.ndarray | None = None
+    events: pd.DataFrame | None = None
+    window: str | None = None
 
     def main_lanes(self) -> dict[int, int]:
         """Each rank's main lane (the lane of its steps): rank -> lane_id."""
@@ -103,10 +106,10 @@ def lane_intervals(
     """
     steps = window_steps(events, window)
     by_rank = steps.groupby("rank", observed=True)
-    window = pd.DataFrame({"lo": by_rank["start_us"].min(), "hi": by_rank["end_us"].max()})
+    kept = pd.DataFrame({"lo": by_rank["start_us"].min(), "hi": by_rank["end_us"].max()})
     copies = events["cat"].isin(GPU_COPY_CATEGORIES).to_numpy()
     ev = events[~events["kind"].isin(_SKIPPED).to_numpy() & ~copies].join(
-        window, on="rank", how="inner"
+        kept, on="rank", how="inner"
     )
     ev = ev[(ev["end_us"] > ev["lo"]).to_numpy() & (ev["start_us"] < ev["hi"]).to_numpy()]
     with warnings.catch_warnings():  # said by the report's own reading of the pairs
@@ -123,13 +126,15 @@ def lane_intervals(
     guessed = paired_by_guess(spans)
     spans = spans[~guessed | spans["cat"].isin(GPU_CATEGORIES).to_numpy()]
     ev, spans = _from_data_ready(ev, spans)
-    intervals = _intervals(ev, lanes, spans, steps, window)
+    intervals = _intervals(ev, lanes, spans, steps, kept)
     result = Lanes(
         intervals,
         lanes,
         steps[["rank", "step", "start_us", "end_us"]],
         pairs=pairs,
         records=ev.index[name_matches(ev, TRANSFER_RECORDS)].to_numpy(),
+        events=events,
+        window=window,
     )
     several = not alone and events["rank"].nunique() > 1
     linked = on_every_rank(spans[~paired_by_guess(spans)]) if several else spans.iloc[:0]
@@ -139,6 +144,42 @@ def lane_intervals(
     if cycles:
         warnings.warn(cycles, stacklevel=2)
     return result
+
+
+def lanes_of(events: pd.DataFrame, lanes: Lanes | None = None, window: str | None = None) -> Lanes:
+    """The lanes of ``events`` cut with ``window`` (:func:`lane_intervals`): ``lanes`` where
+    given, once checked to be cut from the same events (and with ``window``, where it is not
+    None: None takes the lanes' own), else cut now.
+
+    Raises:
+        ValueError: ``lanes`` were cut from other events, or with another window.
+    """
+    if lanes is None:
+        return lane_intervals(events, window=window)
+    if lanes.events is not None and not _same_events(lanes.events, events):
+        raise ValueError(
+            f"lanes= were cut from other events ({len(lanes.events)} events) than the ones "
+            f"given ({len(events)}): pass the events they were cut from, or leave lanes= out "
+            "to have them cut from these"
+        )
+    if window is not None and lanes.window != window:
+        raise ValueError(
+            f"lanes= were cut with window={lanes.window!r}, not {window!r}: pass the same "
+            "window, or leave lanes= out"
+        )
+    return lanes
+
+
+def _same_events(cut: pd.DataFrame, given: pd.DataFrame) -> bool:
+    """Whether ``given`` holds the events ``cut`` held when their lanes were cut: the same
+    frame, or one with the same rows, times, ranks, lanes and names (a copy)."""
+    if cut is given:
+        return True
+    columns = ["rank", "lane", "name", "start_us", "end_us"]
+    if len(cut) != len(given) or not set(columns) <= set(given.columns):
+        return False
+    hashed = [pd.util.hash_pandas_object(f[columns], index=True).to_numpy() for f in (cut, given)]  # fmt: skip
+    return bool(np.array_equal(*hashed))
 
 
 def findings_said(lanes: Lanes, ev: pd.DataFrame, problem: str) -> str | None:

@@ -41,7 +41,7 @@ import pandas as pd
 
 from ...traces.kinds import name_matches
 from .graph import replayed_times
-from .lanes import Lanes, lane_intervals
+from .lanes import Lanes, lanes_of
 from .sharing import machine_cores, sharing_the_gpu, with_shared_cores
 
 __all__ = ["replay_step_times", "replay_error", "what_if", "replayed_intervals", "what_if_checks"]
@@ -84,7 +84,7 @@ def replay_step_times(
     """The step times (ms; rows: step, columns: rank, as :func:`helpers.step_times`) of the run
     re-timed with everything as measured: how well the model reproduces the run (``window``:
     the windows that are the steps, as :func:`helpers.critical_path` takes them)."""
-    lanes = lane_intervals(events, window=window) if lanes is None else lanes
+    lanes = lanes_of(events, lanes, window)
     return _step_durations(lanes, *replayed_intervals(lanes))
 
 
@@ -93,8 +93,8 @@ def replay_error(
 ) -> pd.Series:
     """Per step, how far the replayed step time is from the measured one, as a fraction of the
     measured (both the median over ranks): 0.01 is 1 %."""
-    lanes = lane_intervals(events, window=window) if lanes is None else lanes
-    return _error(replay_step_times(events, lanes), _measured_per_rank(lanes))
+    lanes = lanes_of(events, lanes, window)
+    return _error(replay_step_times(events, lanes, window), _measured_per_rank(lanes))
 
 
 def _error(replayed: pd.DataFrame, measured: pd.DataFrame) -> pd.Series:
@@ -132,7 +132,7 @@ def what_if(
             op): the events of ``rank`` that change.
         factor: the share of their time they take: 0, by default, is no time.
         lanes: :func:`helpers.analysis.path.lanes.lane_intervals` of ``events``, when already
-            made.
+            made (with the same ``window``; lanes of other events are an error).
         window: the windows that are the steps, as :func:`helpers.critical_path` takes them
             (default: the profiler's steps).
         cores: the cores of the one machine the ranks shared: each op is then re-timed by how
@@ -152,7 +152,7 @@ def what_if(
     Raises:
         ValueError: no event of ``rank`` matches ``name`` within its profiler steps.
     """
-    lanes = lane_intervals(events, window=window) if lanes is None else lanes
+    lanes = lanes_of(events, lanes, window)
     mine = events[(events["rank"] == rank).to_numpy() & name_matches(events, name)]
     changed, gpu_work = _changed_intervals(lanes, events, mine)
     if not changed.any():

@@ -49,7 +49,7 @@ from .dependencies import (
 )
 from .gpu_work import launching_ops
 from .graph import INFERRED_SAYS
-from .lanes import Lanes, lane_intervals
+from .lanes import Lanes, lanes_of
 
 __all__ = [
     "critical_path",
@@ -67,7 +67,9 @@ _COLUMNS = ["step", "rank", "lane", "name", "kind", "start_us", "end_us", "dur_u
 _WOKEN = dependency_names(lambda d: not (d.own_time or d.collective) and d.segment_kind is not None)  # fmt: skip
 
 
-def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
+def critical_path(
+    events: pd.DataFrame, window: str | None = None, lanes: Lanes | None = None
+) -> pd.DataFrame:
     """For every step of ``events`` (``load_run(...).events``), the chain of work that decided
     when the step ended, one row per segment, in time order (``window``: other windows than
     the profiler's steps, :func:`..windows.window_steps`: ``"trace"`` for the whole trace, or the
@@ -94,8 +96,10 @@ def critical_path(events: pd.DataFrame, window: str | None = None) -> pd.DataFra
     around its launch (what you wrote: ``slow_op``), else ``""``
     (:func:`named_for_fixing` names GPU work after it).
 
-    The rules are in the module's docstring. Raises ValueError without the windows asked for."""
-    return path_of(lane_intervals(events, window=window), events)
+    ``lanes``: the lanes of ``events`` when already cut (:func:`.lanes.lane_intervals`), to
+    share with :func:`helpers.what_if`. The rules are in the module's docstring. Raises
+    ValueError without the windows asked for, or with ``lanes`` of other events."""
+    return path_of(lanes_of(events, lanes, window), events)
 
 
 class Stop(NamedTuple):
