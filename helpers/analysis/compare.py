@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..traces import load_run
-from ..traces.kinds import event_names
+from ..traces.kinds import NOT_WORK_KINDS, event_names
 from .memory import memory_of_runs, memory_verdict
 from .path import critical_path, step_windows
 from .path.walk import kind_said, named_for_fixing
@@ -181,7 +181,7 @@ def _ops_table(runs: list[pd.DataFrame], steps: list[int]) -> pd.DataFrame:
     """Each op's and kernel's calls and time per step on each rank, in both runs."""
     counted = []
     for events, n in zip(runs, steps):
-        inside = events[(events["step"] >= 0).to_numpy() & ~events["kind"].isin(["step", "other"])]
+        inside = events[(events["step"] >= 0).to_numpy() & ~events["kind"].isin(NOT_WORK_KINDS)]
         inside = inside.assign(name=event_names(inside), kind=inside["kind"].astype(str))
         grouped = inside.groupby(["rank", "kind", "name"])["dur_us"]
         counted.append(pd.DataFrame({"calls": grouped.size() / n, "ms": grouped.sum() / 1e3 / n}))

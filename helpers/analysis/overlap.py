@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import name_matches
+from ..traces.kinds import NOT_WORK_KINDS, name_matches
 from .collectives import NCCL_KERNELS, collective_source
 from .intervals import covered_us, merge_intervals
 
@@ -26,7 +26,7 @@ def _compute_events(events: pd.DataFrame, comm: pd.DataFrame, gpu: bool) -> pd.D
     busy = pd.MultiIndex.from_frame(comm[["rank", "lane"]].drop_duplicates())
     kept = events[~pd.MultiIndex.from_frame(events[["rank", "lane"]]).isin(busy)]
     compute = kept[(kept["kind"] == "compute").to_numpy()]
-    marks = kept[~kept["kind"].isin(["compute", "step", "other"]).to_numpy()]
+    marks = kept[~kept["kind"].isin(["compute", *NOT_WORK_KINDS]).to_numpy()]
     encloses = np.zeros(len(compute), dtype=bool)
     for (rank, lane), ops in compute.groupby(["rank", "lane"], observed=True):
         inside = np.sort(

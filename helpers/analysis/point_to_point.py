@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import name_matches
+from ..traces.kinds import NOT_WORK_KINDS, name_matches
 from .intervals import merge_intervals
 
 __all__ = [
@@ -196,7 +196,7 @@ def stage_waits(events: pd.DataFrame) -> pd.DataFrame:
     Returns one row per rank and step that sent or received: ``rank, step, step_ms,
     waiting_ms, share`` (of the step), ``sends, receives`` (ops in the step); empty for a
     run without them."""
-    cut = waits_in_records(events[~events["kind"].isin(("step", "other")).to_numpy()])
+    cut = waits_in_records(events[~events["kind"].isin(NOT_WORK_KINDS).to_numpy()])
     records = cut[name_matches(cut, TRANSFER_RECORDS)]
     steps = events[(events["kind"] == "step").to_numpy()].dropna(subset=["step"])
     bounds = steps.groupby(["rank", "step"]).agg(lo=("start_us", "min"), hi=("end_us", "max"))

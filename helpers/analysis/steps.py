@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..traces.kinds import KIND_NAMES, event_names
+from ..traces.kinds import KIND_NAMES, NOT_WORK_KINDS, event_names
 from .intervals import busy_ms_per_group
 
 __all__ = ["step_times", "time_per_kind", "top_ops", "time_by_source_line"]
@@ -40,7 +40,7 @@ def time_per_kind(events: pd.DataFrame, kinds: list[str] | None = None) -> pd.Da
     ev = (
         events[events["kind"].isin(kinds)]
         if kinds
-        else events[~events["kind"].isin(["step", "other"])]
+        else events[~events["kind"].isin(NOT_WORK_KINDS)]
     )
     table = busy_ms_per_group(ev, ["rank", "kind"]).unstack("kind", fill_value=0.0)
     table.columns = table.columns.astype(str)

@@ -38,6 +38,7 @@ __all__ = [
     "GPU_WORK_CATEGORIES",
     "GPU_COPY_CATEGORIES",
     "GPU_CATEGORIES",
+    "NOT_WORK_KINDS",
     "event_kind",
     "event_names",
     "name_matches",
@@ -155,6 +156,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("other", "#777777", 9, recognised_by="anything else"),
 )
 
+#: The kinds that are no work of their own, which the analyses of time leave out: a profiler
+#: step marks time, and ``other`` is what no rule recognised (the profiler's own span among it).
+NOT_WORK_KINDS: tuple[str, ...] = ("step", "other")
 #: Kind names in table order (the categories of the ``kind`` column).
 KIND_NAMES: list[str] = [k.name for k in KINDS]
 #: Colour of each kind, for plots made outside :mod:`helpers.drawing` (pandas bar charts).

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import GPU_CATEGORIES, name_matches
+from ...traces.kinds import GPU_CATEGORIES, NOT_WORK_KINDS, name_matches
 from ..intervals import last_open
 from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
 from .interval_arrays import IntervalArrays, last_rows
@@ -127,7 +127,7 @@ def launching_ops(ev: pd.DataFrame, annotations: bool = False) -> pd.Series:
     runtime = (ev["kind"] == "cuda runtime").to_numpy()
     calls = ev[runtime]
     call_of = dict(zip(zip(calls["rank"].tolist(), calls["start_us"].tolist()), zip(calls["lane"].astype(str).tolist(), calls["end_us"].tolist())))  # fmt: skip
-    keep = ~runtime & ~ev["kind"].isin(("step", "other")).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
+    keep = ~runtime & ~ev["kind"].isin(NOT_WORK_KINDS).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
     if annotations:
         keep &= (ev["kind"] == "annotation").to_numpy()
     ops = ev[keep]

@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, GPU_COPY_CATEGORIES, name_matches
+from ...traces.kinds import (
+    COLLECTIVE_SPANS,
+    GPU_CATEGORIES,
+    GPU_COPY_CATEGORIES,
+    NOT_WORK_KINDS,
+    name_matches,
+)
 from ..collectives import (
     held_from_arrival,
     matched_collectives,
@@ -41,8 +47,6 @@ from .dependencies import DEPENDENCIES
 from .graph import Graph, validate
 
 __all__ = ["Lanes", "lane_intervals", "lanes_of", "findings_said"]
-
-_SKIPPED = ("step", "other")  # steps mark time; ``other`` is the profiler's own span
 
 
 @dataclass
@@ -108,7 +112,7 @@ def lane_intervals(
     by_rank = steps.groupby("rank", observed=True)
     kept = pd.DataFrame({"lo": by_rank["start_us"].min(), "hi": by_rank["end_us"].max()})
     copies = events["cat"].isin(GPU_COPY_CATEGORIES).to_numpy()
-    ev = events[~events["kind"].isin(_SKIPPED).to_numpy() & ~copies].join(
+    ev = events[~events["kind"].isin(NOT_WORK_KINDS).to_numpy() & ~copies].join(
         kept, on="rank", how="inner"
     )
     ev = ev[(ev["end_us"] > ev["lo"]).to_numpy() & (ev["start_us"] < ev["hi"]).to_numpy()]
