@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers.hangs import analyse_with_pytorch, first_mismatch, flight_recorder
+from helpers.hangs.analyser import pytorch_verdicts
 from helpers.hangs.flight_recorder import FlightRecorderError, load_flight_records
 from helpers.jobs import RankFailed, launch, processes_of_run, script_from_lesson
 
@@ -182,6 +183,7 @@ PUBLIC_FUNCTIONS = {
     "load_flight_records": load_flight_records,
     "first_mismatch": lambda folder: first_mismatch(load_flight_records(folder)),
     "analyse_with_pytorch": analyse_with_pytorch,
+    "pytorch_verdicts": lambda folder: pytorch_verdicts([folder]),
 }
 
 
@@ -286,6 +288,25 @@ def test_a_hostile_dump_is_an_error_naming_the_file_within_seconds(tmp_path, hos
         load_flight_records(tmp_path)
     assert time.monotonic() - started < 10
     assert caught.value.path == tmp_path / "fr_0" and caught.value.rank == 0
+
+
+HANG_CASES = sorted((Path(__file__).parent / "data" / "hang-cases").glob("*/case.json"))
+
+
+@pytest.mark.slow
+def test_pytorchs_analyser_gives_each_folder_in_one_process_the_verdict_it_gives_it_alone():
+    folders = [case.parent for case in HANG_CASES[:3]]
+    together = pytorch_verdicts(folders)
+    assert [v.output for v in together] == [pytorch_verdicts([f])[0].output for f in folders]
+    assert sum(len(v.findings) for v in together) > 0  # not all of them empty
+
+
+@pytest.mark.slow
+def test_pytorchs_analyser_out_of_time_is_an_error_naming_the_folder():
+    folder = HANG_CASES[0].parent
+    with pytest.raises(FlightRecorderError, match="did not finish 1 folder") as caught:
+        pytorch_verdicts([folder], timeout=0.01)
+    assert caught.value.path == folder
 
 
 def test_pytorchs_analyser_is_never_given_a_dump_the_reader_refuses(tmp_path):

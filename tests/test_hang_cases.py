@@ -24,6 +24,7 @@ from helpers import (
     verdicts_compared,
     wait_chains,
 )
+from helpers.hangs.analyser import pytorch_verdicts
 
 CASES = sorted((REPO / "tests" / "data" / "hang-cases").glob("*/case.json"))
 
@@ -90,9 +91,8 @@ def test_pytorchs_analyser_beside_the_series_on_every_case():
     # of 24 (10 of the 16 stalls, none of the 8 kills); a stalled rank is in one of its findings
     # every time; a killed rank, in none (it left no dump, and gloo's groups do not list it)
     alone = 0
-    for case in CASES:
+    for case, verdict in zip(CASES, pytorch_verdicts([case.parent for case in CASES])):
         drawn, records = kept(case)
-        verdict = analyse_with_pytorch(case.parent)
         named = {r for finding in verdict.findings for r in finding.culprits}
         assert (drawn["rank"] in named) == (drawn["fault"] == "stall"), case.parent.name
         alone += verdict.culprits == [drawn["rank"]]

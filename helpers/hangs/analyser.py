@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,13 @@ from .flight_recorder import DUMP_PREFIX, FlightRecorderError, load_records_and_
 from .groups import Mismatch, group_descriptions, group_members, group_states, job_ranks
 from .positions import collective_calls, positions, ranks_said
 
-__all__ = ["AnalyserFinding", "AnalyserVerdict", "analyse_with_pytorch", "verdicts_compared"]
+__all__ = [
+    "AnalyserFinding",
+    "AnalyserVerdict",
+    "analyse_with_pytorch",
+    "pytorch_verdicts",
+    "verdicts_compared",
+]
 
 _KINDS = {
     "COLLECTIVE_TYPE_MISMATCH": "different collective",
@@ -131,41 +138,103 @@ def analyse_with_pytorch(
     each listing its rank's groups as :func:`group_members` finds them.
     timeout: seconds the analyser may take.
     """
-    folder = Path(folder)
-    records, dumps = load_records_and_dumps(folder, None, prefix)
-    dumps = _for_the_analyser(dumps, group_members(records), group_descriptions(records))
+    return pytorch_verdicts([folder], timeout, prefix)[0]
+
+
+#: The analyser's ``main`` run on each folder in turn, in one process: a line ``<marker> <i>``
+#: on both streams before folder i's output, and ``<marker> <i> exit <code>`` after it.
+_ONE_PROCESS = """
+import sys, traceback
+from torch.distributed.flight_recorder.fr_trace import main
+marker, prefix = sys.argv[1:3]
+for i, folder in enumerate(sys.argv[3:]):
+    for stream in (sys.stdout, sys.stderr):
+        print(f"{marker} {i}", file=stream, flush=True)
+    try:
+        main([folder, "--prefix", prefix])
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    sys.stderr.flush()
+    print(f"{marker} {i} exit {code}", flush=True)
+"""
+_MARKER = "=== fr_trace of folder"
+
+
+def pytorch_verdicts(
+    folders: Sequence[str | Path], timeout: float = 120, prefix: str | None = None
+) -> list[AnalyserVerdict]:
+    """:func:`analyse_with_pytorch` of each of ``folders``, in order, from one process of
+    PyTorch's analyser (starting one, which imports torch, takes most of its time).
+    ``timeout``: seconds the analyser may take per folder.
+
+    Raises:
+        FlightRecorderError: naming the first folder whose dumps are bad, or where the
+            analyser failed or ran out of time.
+    """
+    folders = [Path(f) for f in folders]
     with tempfile.TemporaryDirectory(prefix="fr-checked-") as checked:  # mode 0700
-        for rank, dump in dumps.items():
-            (Path(checked) / f"{DUMP_PREFIX}{rank}").write_bytes(pickle.dumps(dump, protocol=4))
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.flight_recorder.fr_trace",
-            checked,
-            "--prefix",
-            DUMP_PREFIX,
-        ]
+        copies = [Path(checked) / str(i) for i in range(len(folders))]
+        for folder, copy in zip(folders, copies):
+            records, dumps = load_records_and_dumps(folder, None, prefix)
+            dumps = _for_the_analyser(dumps, group_members(records), group_descriptions(records))
+            copy.mkdir()
+            for rank, dump in dumps.items():
+                (copy / f"{DUMP_PREFIX}{rank}").write_bytes(pickle.dumps(dump, protocol=4))
+        command = [sys.executable, "-c", _ONE_PROCESS, _MARKER, DUMP_PREFIX, *map(str, copies)]
         try:
             done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout, cwd=checked
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout * len(folders),
+                cwd=checked,
             )
         except subprocess.TimeoutExpired:
             raise FlightRecorderError(
-                folder, f"PyTorch's analyser did not finish in {timeout:g} s; raise timeout="
+                folders[0],
+                f"PyTorch's analyser did not finish {len(folders)} folder(s) in "
+                f"{timeout * len(folders):g} s; raise timeout=",
             ) from None
-    output = (done.stdout + done.stderr).replace(checked, str(folder))
-    # fr_trace logs that an optional package is missing; it changes nothing in the verdict
-    output = output.replace(_NO_TABULATE, "").strip()
-    if done.returncode != 0:
-        last = "\n".join(output.splitlines()[-5:])
-        raise FlightRecorderError(
-            folder, f"PyTorch's analyser failed (exit code {done.returncode}):\n{last}"
+    outputs = _each_folders_output(done.stdout, done.stderr, len(folders))
+    verdicts = []
+    for i, (folder, copy) in enumerate(zip(folders, copies)):
+        code, output = outputs.get(i, (done.returncode or 1, done.stderr))
+        # fr_trace logs that an optional package is missing; it changes nothing in the verdict
+        output = output.replace(str(copy), str(folder)).replace(_NO_TABULATE, "").strip()
+        if code != 0:
+            last = "\n".join(output.splitlines()[-5:])
+            raise FlightRecorderError(folder, f"PyTorch's analyser failed (exit code {code}):\n{last}")  # fmt: skip
+        findings = _findings(output)
+        first = findings[0] if findings else None
+        verdicts.append(
+            AnalyserVerdict(first.seq, first.culprits, first.error_type, output, findings)
+            if first
+            else AnalyserVerdict(None, [], None, output)
         )
-    findings = _findings(output)
-    if not findings:
-        return AnalyserVerdict(None, [], None, output)
-    first = findings[0]
-    return AnalyserVerdict(first.seq, first.culprits, first.error_type, output, findings)
+    return verdicts
+
+
+def _each_folders_output(stdout: str, stderr: str, count: int) -> dict[int, tuple[int, str]]:
+    """Per folder the analyser finished, its exit code and its output (its standard output
+    then its standard error, as one run of the analyser gives them)."""
+    parts: dict[int, list[str]] = {}
+    codes: dict[int, int] = {}
+    for stream in (stdout, stderr):
+        at = None
+        for line in stream.splitlines(keepends=True):
+            if line.startswith(_MARKER + " "):
+                words = line.split()
+                at = int(words[len(_MARKER.split())])
+                if "exit" in words:
+                    codes[at], at = int(words[-1]), None
+                continue
+            if at is not None and at < count:
+                parts.setdefault(at, []).append(line)
+    return {i: (code, "".join(parts.get(i, []))) for i, code in codes.items()}
 
 
 def verdicts_compared(
