@@ -24,9 +24,9 @@ import pandas as pd
 
 from ...traces.kinds import name_matches
 from ..point_to_point import RECV_OP, SEND_OP, TRANSFER_RECORDS
-from .dependencies import DEPENDENCIES, UNTRACED, UNTRACED_NAME, segment_kind
+from .dependencies import DEPENDENCIES, UNTRACED
 from .lanes import Lanes, lane_intervals
-from .walk import PathWalker, Stop
+from .walk import PathWalker, Stop, segment_names
 
 __all__ = ["rank_part", "RankAsked", "CHAIN_COLUMNS", "PORT_COLUMNS"]
 
@@ -230,32 +230,6 @@ def _cuts_within(segments: list[tuple], moments: np.ndarray) -> list[tuple[int, 
     return found
 
 
-def _named(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray, reason_names: list[str]) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
-    """Each segment's ``(kind, name)``, by its event's label and its reason (a code into
-    ``reason_names``), as :func:`helpers.critical_path` names them: two categoricals (a rank has
-    hundreds of thousands of segments, of a few hundred names)."""
-    pos = events.index.get_indexer(labels)
-    known = pos >= 0
-    at = np.maximum(pos, 0)
-    name = events["name"].astype("category")
-    kind = events["kind"].astype("category")
-    # kinds: the events' kinds, then the dependencies' own kinds for their segments
-    given = [segment_kind(r) for r in reason_names]
-    kinds = list(dict.fromkeys([*map(str, kind.cat.categories), UNTRACED.segment_kind, *[g for g in given if g]]))  # fmt: skip
-    code = {k: i for i, k in enumerate(kinds)}
-    event_kind = np.array(
-        [code[str(k)] for k in kind.cat.categories] + [code[UNTRACED.segment_kind]]
-    )
-    kind_codes = np.where(
-        known, event_kind[kind.cat.codes.to_numpy()[at]], code[UNTRACED.segment_kind]
-    )
-    by_reason = np.array([code[g] if g else -1 for g in given], dtype=np.int64)[reasons]
-    kind_codes = np.where(by_reason >= 0, by_reason, kind_codes)
-    names = [*map(str, name.cat.categories), UNTRACED_NAME]
-    name_codes = np.where(known, name.cat.codes.to_numpy()[at], len(names) - 1)
-    return pd.Categorical.from_codes(kind_codes, kinds), pd.Categorical.from_codes(name_codes, names)  # fmt: skip
-
-
 def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ...]:
     """The segments row by row, each run of own time as its rows: for each, the segment it is
     part of, its label, its reason (a code into the list returned last), its µs and when it
@@ -330,7 +304,7 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
             )
             start_t = stop
     of, labels, reasons, us, begins, reason_names = _rows_of(segments_of_pieces, walker)
-    kinds, names = _named(events, labels, reasons, reason_names)
+    kinds, names = segment_names(events, labels, reasons, reason_names)
     piece = np.repeat(np.arange(len(sizes)), sizes)[of]
     kind, name = kinds.codes.astype(np.int64), names.codes.astype(np.int64)
     latest_first = np.lexsort((-begins, piece))  # a run's rows come earliest first

@@ -125,22 +125,18 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     raw = pd.DataFrame(rows, columns=list(SEGMENT))
     table = lanes.lanes
     lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
-    pos = events.index.get_indexer(raw["label"].to_numpy())
-    known = pos >= 0
-    names = np.where(known, event_names(events).to_numpy()[np.maximum(pos, 0)], UNTRACED_NAME)
-    kinds = np.where(
-        known, events["kind"].astype(str).to_numpy()[np.maximum(pos, 0)], UNTRACED.segment_kind
-    )
     reason = raw["reason"].to_numpy()
-    given = np.array([segment_kind(r) or "" for r in reason], dtype=object)  # by the dependency
-    kinds = np.where(given != "", given, kinds)
+    reason_names = [d.name for d in DEPENDENCIES]
+    code = {r: i for i, r in enumerate(reason_names)}
+    codes = np.array([code[r] for r in reason], dtype=np.int64)
+    kinds, names = segment_names(events, raw["label"].to_numpy(), codes, reason_names)
     path = pd.DataFrame(
         {
             "step": raw["step"].astype(int),
             "rank": table["rank"].to_numpy()[lane_id].astype(int) if len(raw) else [],
             "lane": table["lane"].to_numpy()[lane_id].astype(str) if len(raw) else [],
-            "name": names,
-            "kind": kinds,
+            "name": np.asarray(names, dtype=object),
+            "kind": np.asarray(kinds, dtype=object),
             "start_us": raw["start"],
             "end_us": raw["end"],
             "dur_us": raw["end"] - raw["start"],
@@ -155,6 +151,33 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return path[_COLUMNS]
+
+
+def segment_names(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray, reason_names: list[str]) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
+    """Each segment's ``(kind, name)``, by its event's label and its reason (a code into
+    ``reason_names``): the event's name and kind (untraced where there is no event), unless
+    the reason gives the segment a kind of its own. Two categoricals (a rank has hundreds of
+    thousands of segments, of a few hundred names)."""
+    pos = events.index.get_indexer(labels)
+    known = pos >= 0
+    at = np.maximum(pos, 0)
+    name = events["name"].astype("category")
+    kind = events["kind"].astype("category")
+    # kinds: the events' kinds, then the dependencies' own kinds for their segments
+    given = [segment_kind(r) for r in reason_names]
+    kinds = list(dict.fromkeys([*map(str, kind.cat.categories), UNTRACED.segment_kind, *[g for g in given if g]]))  # fmt: skip
+    code = {k: i for i, k in enumerate(kinds)}
+    event_kind = np.array(
+        [code[str(k)] for k in kind.cat.categories] + [code[UNTRACED.segment_kind]]
+    )
+    kind_codes = np.where(
+        known, event_kind[kind.cat.codes.to_numpy()[at]], code[UNTRACED.segment_kind]
+    )
+    by_reason = np.array([code[g] if g else -1 for g in given], dtype=np.int64)[reasons]
+    kind_codes = np.where(by_reason >= 0, by_reason, kind_codes)
+    names = [*map(str, name.cat.categories), UNTRACED_NAME]
+    name_codes = np.where(known, name.cat.codes.to_numpy()[at], len(names) - 1)
+    return pd.Categorical.from_codes(kind_codes, kinds), pd.Categorical.from_codes(name_codes, names)  # fmt: skip
 
 
 def _waited_for(walker: PathWalker, raw: pd.DataFrame, names: pd.Series) -> list[str]:
