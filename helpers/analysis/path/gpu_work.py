@@ -14,7 +14,7 @@ from ...traces.kinds import GPU_CATEGORIES, NOT_WORK_KINDS, name_matches
 from ..intervals import last_open
 from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
 from .interval_arrays import IntervalArrays, last_rows
-from .wakers import launched_on_a_gpu
+from .wakers import launch_calls, launched_on_a_gpu
 
 __all__ = [
     "GpuWork",
@@ -49,10 +49,9 @@ class GpuWork:
         work = launched_on_a_gpu(ev)
         work = work[(work["rank"] == rank).to_numpy()].sort_values("launch_us", kind="stable")
         rows = last_rows(arrays, work.index.to_numpy(np.int64))
-        call_of = dict(zip(calls["start_us"].tolist(), zip(calls["lane_id"].tolist(), calls["end_us"].tolist())))  # fmt: skip
-        found = [call_of.get(t, (-1, np.nan)) for t in work["launch_us"].tolist()]
-        lanes = np.array([lane for lane, _ in found], dtype=np.int64)
-        issued = np.array([end for _, end in found], dtype=float)
+        found = calls[["lane_id", "end_us"]].reindex(launch_calls(ev, work))
+        lanes = found["lane_id"].fillna(-1).to_numpy(dtype=np.int64)
+        issued = found["end_us"].to_numpy(dtype=float)
         kept = rows >= 0
         return cls(
             rows[kept],
@@ -125,21 +124,21 @@ def launching_ops(ev: pd.DataFrame, annotations: bool = False) -> pd.Series:
     if work.empty:
         return pd.Series(dtype=object)
     runtime = (ev["kind"] == "cuda runtime").to_numpy()
-    calls = ev[runtime]
-    call_of = dict(zip(zip(calls["rank"].tolist(), calls["start_us"].tolist()), zip(calls["lane"].astype(str).tolist(), calls["end_us"].tolist())))  # fmt: skip
     keep = ~runtime & ~ev["kind"].isin(NOT_WORK_KINDS).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
     if annotations:
         keep &= (ev["kind"] == "annotation").to_numpy()
     ops = ev[keep]
+    labels = launch_calls(ev, work)
+    known = labels >= 0
+    call = ev.loc[labels[known]]
     queries = pd.DataFrame(
-        [
-            (label, rank, *call_of[(rank, t)], t)
-            for label, rank, t in zip(
-                work.index.tolist(), work["rank"].tolist(), work["launch_us"].tolist()
-            )
-            if (rank, t) in call_of
-        ],  # fmt: skip
-        columns=["label", "rank", "lane", "end", "start"],
+        {
+            "label": work.index.to_numpy()[known],
+            "rank": work["rank"].to_numpy()[known],
+            "lane": call["lane"].astype(str).to_numpy(),
+            "end": call["end_us"].to_numpy(dtype=float),
+            "start": work["launch_us"].to_numpy(dtype=float)[known],
+        }
     )
     found = []
     for (rank, lane), asked in queries.groupby(["rank", "lane"]):

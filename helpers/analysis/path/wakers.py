@@ -107,6 +107,16 @@ def launched_on_a_gpu(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[ev["cat"].isin(GPU_CATEGORIES).to_numpy() & ev["launch_us"].notna().to_numpy()]
 
 
+def launch_calls(ev: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
+    """Per GPU event of ``work`` (:func:`launched_on_a_gpu`), the label in ``ev`` of its launch:
+    the CUDA runtime call of its rank that began at its ``launch_us`` (of calls that began at
+    one moment, the last in ``ev``); -1 where the trace does not hold it."""
+    runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
+    call = dict(zip(zip(runtime["rank"].tolist(), runtime["start_us"].tolist()), runtime.index.tolist()))  # fmt: skip
+    keys = zip(work["rank"].tolist(), work["launch_us"].tolist())
+    return np.array([call.get(k, -1) for k in keys], dtype=np.int64)
+
+
 def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
     CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
@@ -114,15 +124,12 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
     row_of = pd.Series(last.index.to_numpy(), index=last["event"].to_numpy())
     found: dict[int, int] = {}
-    runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
-    launch = dict(zip(zip(runtime["rank"], runtime["start_us"]), runtime.index))
     gpu = launched_on_a_gpu(ev)
     no_interval = {}
-    for label, rank, at in zip(gpu.index, gpu["rank"], gpu["launch_us"]):
-        issuer = launch.get((rank, at))
+    for label, issuer in zip(gpu.index, launch_calls(ev, gpu).tolist()):
         if issuer in row_of.index:
             found[label] = int(row_of[issuer])
-        elif issuer is not None:  # a call of no length (old traces count whole µs): no interval
+        elif issuer >= 0:  # a call of no length (old traces count whole µs): no interval
             no_interval[label] = issuer
     found.update(_holding(iv, row_of, ev, no_interval))
     calls = ev[name_matches(ev, r"^c10d::")]
