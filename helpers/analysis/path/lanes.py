@@ -127,12 +127,10 @@ def lane_intervals(
     spans = spans[spans.index.isin(ev.index) & ~name_matches(spans, TRANSFER_RECORDS)]
     # a send's or a receive's span paired by guess is no interval of its own (its record is cut
     # to its wait); a kernel is one, whether or not the ranks' kernels are one collective
-    guessed = paired_by_guess(spans)
-    spans = spans[~guessed | spans["cat"].isin(GPU_CATEGORIES).to_numpy()]
+    spans = spans[~paired_by_guess(spans) | spans["cat"].isin(GPU_CATEGORIES).to_numpy()]
     ev, spans = _from_data_ready(ev, spans)
-    intervals = _intervals(ev, lanes, spans, steps, kept)
     result = Lanes(
-        intervals,
+        _intervals(ev, lanes, spans, steps, kept),
         lanes,
         steps[["rank", "step", "start_us", "end_us"]],
         pairs=pairs,
@@ -152,8 +150,7 @@ def lane_intervals(
 
 def lanes_of(events: pd.DataFrame, lanes: Lanes | None = None, window: str | None = None) -> Lanes:
     """The lanes of ``events`` cut with ``window`` (:func:`lane_intervals`): ``lanes`` where
-    given, once checked to be cut from the same events (and with ``window``, where it is not
-    None: None takes the lanes' own), else cut now.
+    given, checked to be of these events (and of ``window``, unless None), else cut now.
 
     Raises:
         ValueError: ``lanes`` were cut from other events, or with another window.
@@ -175,13 +172,10 @@ def lanes_of(events: pd.DataFrame, lanes: Lanes | None = None, window: str | Non
 
 
 def _same_events(cut: pd.DataFrame, given: pd.DataFrame) -> bool:
-    """Whether ``given`` holds the events ``cut`` held when their lanes were cut: the same
-    frame, or one with the same rows, times, ranks, lanes and names (a copy)."""
-    if cut is given:
-        return True
+    """Whether ``given`` is ``cut`` or a copy of it: the same rows, ranks, lanes, names, times."""
     columns = ["rank", "lane", "name", "start_us", "end_us"]
-    if len(cut) != len(given) or not set(columns) <= set(given.columns):
-        return False
+    if cut is given or len(cut) != len(given):
+        return cut is given
     hashed = [pd.util.hash_pandas_object(f[columns], index=True).to_numpy() for f in (cut, given)]  # fmt: skip
     return bool(np.array_equal(*hashed))
 

@@ -232,8 +232,8 @@ def _cuts_within(segments: list[tuple], moments: np.ndarray) -> list[tuple[int, 
 
 def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ...]:
     """The segments row by row, each run of own time as its rows: for each, the segment it is
-    part of, its label, its reason (a code into the list returned last), its µs and when it
-    begins."""
+    part of, its label, its reason (a code into :data:`.dependencies.DEPENDENCIES`), its µs and
+    when it begins."""
     _, _, labels, a, b, reasons, to = zip(*segments)  # columns
     run = np.array(labels) == RUN
     code = {d.name: i for i, d in enumerate(DEPENDENCIES)}
@@ -253,7 +253,7 @@ def _rows_of(segments: list[tuple], walker: _RankWalker) -> tuple[np.ndarray, ..
     reason = np.where(in_run, walker.arrays["dependency"][row], reason[of])
     keep = ~in_run | (us > 0)  # a run cut in pieces: each row in the pieces it overlaps
     begins = np.maximum(start, a)
-    return of[keep], label[keep], reason[keep], us[keep], begins[keep], list(code)  # codes in order
+    return of[keep], label[keep], reason[keep], us[keep], begins[keep]
 
 
 def _split(segments: list[tuple], cuts: list[tuple[int, float]], end: float) -> list[tuple]:
@@ -303,8 +303,8 @@ def _pieces(rank, walks, cuts, walker, lanes, events) -> pd.DataFrame:
                 (rank, number, begin, origin, step, key, index, label, start_t, stop, *then)
             )
             start_t = stop
-    of, labels, reasons, us, begins, reason_names = _rows_of(segments_of_pieces, walker)
-    kinds, names = segment_names(events, labels, reasons, reason_names)
+    of, labels, reasons, us, begins = _rows_of(segments_of_pieces, walker)
+    kinds, names = segment_names(events, labels, reasons)
     piece = np.repeat(np.arange(len(sizes)), sizes)[of]
     kind, name = kinds.codes.astype(np.int64), names.codes.astype(np.int64)
     latest_first = np.lexsort((-begins, piece))  # a run's rows come earliest first

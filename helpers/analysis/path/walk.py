@@ -126,10 +126,9 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     table = lanes.lanes
     lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
     reason = raw["reason"].to_numpy()
-    reason_names = [d.name for d in DEPENDENCIES]
-    code = {r: i for i, r in enumerate(reason_names)}
+    code = {d.name: i for i, d in enumerate(DEPENDENCIES)}
     codes = np.array([code[r] for r in reason], dtype=np.int64)
-    kinds, names = segment_names(events, raw["label"].to_numpy(), codes, reason_names)
+    kinds, names = segment_names(events, raw["label"].to_numpy(), codes)
     path = pd.DataFrame(
         {
             "step": raw["step"].astype(int),
@@ -153,18 +152,18 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     return path[_COLUMNS]
 
 
-def segment_names(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray, reason_names: list[str]) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
+def segment_names(events: pd.DataFrame, labels: np.ndarray, reasons: np.ndarray) -> tuple[pd.Categorical, pd.Categorical]:  # fmt: skip
     """Each segment's ``(kind, name)``, by its event's label and its reason (a code into
-    ``reason_names``): the event's name and kind (untraced where there is no event), unless
-    the reason gives the segment a kind of its own. Two categoricals (a rank has hundreds of
-    thousands of segments, of a few hundred names)."""
+    :data:`.dependencies.DEPENDENCIES`): the event's name and kind (untraced where there is no
+    event), unless the reason gives the segment a kind of its own. Two categoricals (a rank has
+    hundreds of thousands of segments, of a few hundred names)."""
     pos = events.index.get_indexer(labels)
     known = pos >= 0
     at = np.maximum(pos, 0)
     name = events["name"].astype("category")
     kind = events["kind"].astype("category")
     # kinds: the events' kinds, then the dependencies' own kinds for their segments
-    given = [segment_kind(r) for r in reason_names]
+    given = [segment_kind(d.name) for d in DEPENDENCIES]
     kinds = list(dict.fromkeys([*map(str, kind.cat.categories), UNTRACED.segment_kind, *[g for g in given if g]]))  # fmt: skip
     code = {k: i for i, k in enumerate(kinds)}
     event_kind = np.array(
