@@ -235,10 +235,15 @@ def test_lanes_of_other_events_are_an_error_that_says_what_to_pass(one_collectiv
         use(_moved(one_collective), lanes)
 
 
-def test_lanes_cut_with_another_window_are_an_error(one_collective):
-    lanes = lane_intervals(one_collective)
-    with pytest.raises(ValueError, match=r"lanes= were cut with window=None, not 'trace'"):
-        critical_path(one_collective, window="trace", lanes=lanes)
+@pytest.mark.parametrize(
+    "cut, asked",
+    [(None, "trace"), ("trace", None)],
+    ids=["the steps, asked the trace", "the trace, asked the steps"],  # fmt: skip
+)
+def test_lanes_cut_with_another_window_are_an_error(one_collective, cut, asked):
+    lanes = lane_intervals(one_collective, window=cut)
+    with pytest.raises(ValueError, match=rf"lanes= were cut with window={cut!r}, not {asked!r}"):
+        critical_path(one_collective, window=asked, lanes=lanes)
 
 
 def test_a_run_without_steps_has_no_path_and_says_why(tmp_path, write, kineto):

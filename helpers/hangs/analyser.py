@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -142,26 +143,28 @@ def analyse_with_pytorch(
 
 
 #: The analyser's ``main`` run on each folder in turn, in one process: a line ``<marker> <i>``
-#: on both streams before folder i's output, and ``<marker> <i> exit <code>`` after it.
+#: on both streams before folder i's output, and ``<marker> <i> exit <code>`` on standard
+#: output after it (the marker is drawn at random per run: a dump cannot forge it).
 _ONE_PROCESS = """
 import sys, traceback
 from torch.distributed.flight_recorder.fr_trace import main
 marker, prefix = sys.argv[1:3]
 for i, folder in enumerate(sys.argv[3:]):
     for stream in (sys.stdout, sys.stderr):
-        print(f"{marker} {i}", file=stream, flush=True)
+        print(f"\\n{marker} {i}", file=stream, flush=True)
     try:
         main([folder, "--prefix", prefix])
         code = 0
     except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
     except Exception:
         traceback.print_exc()
         code = 1
     sys.stderr.flush()
-    print(f"{marker} {i} exit {code}", flush=True)
+    print(f"\\n{marker} {i} exit {code}", flush=True)
 """
-_MARKER = "=== fr_trace of folder"
 
 
 def pytorch_verdicts(
@@ -169,13 +172,16 @@ def pytorch_verdicts(
 ) -> list[AnalyserVerdict]:
     """:func:`analyse_with_pytorch` of each of ``folders``, in order, from one process of
     PyTorch's analyser (starting one, which imports torch, takes most of its time).
-    ``timeout``: seconds the analyser may take per folder.
+    ``timeout``: seconds the analyser may take per folder, all folders together.
 
     Raises:
-        FlightRecorderError: naming the first folder whose dumps are bad, or where the
-            analyser failed or ran out of time.
+        FlightRecorderError: naming the first folder whose dumps are bad (every folder's dumps
+            are read first), else the folder the analyser failed on or ran out of time on.
     """
     folders = [Path(f) for f in folders]
+    if not folders:
+        return []
+    marker = f"=== fr_trace {secrets.token_hex(8)} folder"
     with tempfile.TemporaryDirectory(prefix="fr-checked-") as checked:  # mode 0700
         copies = [Path(checked) / str(i) for i in range(len(folders))]
         for folder, copy in zip(folders, copies):
@@ -184,25 +190,21 @@ def pytorch_verdicts(
             copy.mkdir()
             for rank, dump in dumps.items():
                 (copy / f"{DUMP_PREFIX}{rank}").write_bytes(pickle.dumps(dump, protocol=4))
-        command = [sys.executable, "-c", _ONE_PROCESS, _MARKER, DUMP_PREFIX, *map(str, copies)]
+        command = [sys.executable, "-c", _ONE_PROCESS, marker, DUMP_PREFIX, *map(str, copies)]
+        limit = timeout * len(folders)
         try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=timeout * len(folders),
-                cwd=checked,
-            )
-        except subprocess.TimeoutExpired:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=limit, cwd=checked)  # fmt: skip
+        except subprocess.TimeoutExpired as late:
+            said = (late.stdout or b"").decode(errors="replace")
+            at = max(_each_folders_output(said, "", marker)[0], default=0)
             raise FlightRecorderError(
-                folders[0],
-                f"PyTorch's analyser did not finish {len(folders)} folder(s) in "
-                f"{timeout * len(folders):g} s; raise timeout=",
+                folders[at], f"PyTorch's analyser did not finish in {limit:g} s; raise timeout="
             ) from None
-    outputs = _each_folders_output(done.stdout, done.stderr, len(folders))
+    parts, codes = _each_folders_output(done.stdout, done.stderr, marker)
     verdicts = []
     for i, (folder, copy) in enumerate(zip(folders, copies)):
-        code, output = outputs.get(i, (done.returncode or 1, done.stderr))
+        code = codes.get(i, done.returncode or 1)
+        output = parts[i] if i in parts else done.stderr  # the process ended before it
         # fr_trace logs that an optional package is missing; it changes nothing in the verdict
         output = output.replace(str(copy), str(folder)).replace(_NO_TABULATE, "").strip()
         if code != 0:
@@ -218,23 +220,32 @@ def pytorch_verdicts(
     return verdicts
 
 
-def _each_folders_output(stdout: str, stderr: str, count: int) -> dict[int, tuple[int, str]]:
-    """Per folder the analyser finished, its exit code and its output (its standard output
-    then its standard error, as one run of the analyser gives them)."""
-    parts: dict[int, list[str]] = {}
+def _each_folders_output(stdout: str, stderr: str, marker: str) -> tuple[dict[int, str], dict[int, int]]:  # fmt: skip
+    """Per folder the analyser began, its output (its standard output, then its standard
+    error, as one run of the analyser gives them); per folder it finished, its exit code. A
+    marker's line begins with a newline of its own, which is no part of the output before it."""
+    line_of = re.compile(rf"^{re.escape(marker)} (\d+)(?: exit (-?\d+))?$")
+    parts: dict[int, str] = {}
     codes: dict[int, int] = {}
     for stream in (stdout, stderr):
+        said: dict[int, list[str]] = {}
         at = None
         for line in stream.splitlines(keepends=True):
-            if line.startswith(_MARKER + " "):
-                words = line.split()
-                at = int(words[len(_MARKER.split())])
-                if "exit" in words:
-                    codes[at], at = int(words[-1]), None
+            mark = line_of.match(line.rstrip("\n"))
+            if mark is None:
+                if at is not None:
+                    said[at].append(line)
                 continue
-            if at is not None and at < count:
-                parts.setdefault(at, []).append(line)
-    return {i: (code, "".join(parts.get(i, []))) for i, code in codes.items()}
+            if at is not None and said[at] and said[at][-1].endswith("\n"):
+                said[at][-1] = said[at][-1][:-1]  # the marker's own newline
+            at = int(mark.group(1)) if mark.group(2) is None else None
+            if at is not None:
+                said.setdefault(at, [])
+            elif stream is stdout:
+                codes[int(mark.group(1))] = int(mark.group(2))
+        for i, lines in said.items():
+            parts[i] = parts.get(i, "") + "".join(lines)
+    return parts, codes
 
 
 def verdicts_compared(

@@ -49,7 +49,7 @@ class GpuWork:
         work = launched_on_a_gpu(ev)
         work = work[(work["rank"] == rank).to_numpy()].sort_values("launch_us", kind="stable")
         rows = last_rows(arrays, work.index.to_numpy(np.int64))
-        found = calls[["lane_id", "end_us"]].reindex(launch_calls(ev, work))
+        found = calls[["lane_id", "end_us"]].reindex(launch_calls(work, calls))
         lanes = found["lane_id"].fillna(-1).to_numpy(dtype=np.int64)
         issued = found["end_us"].to_numpy(dtype=float)
         kept = rows >= 0
@@ -128,7 +128,7 @@ def launching_ops(ev: pd.DataFrame, annotations: bool = False) -> pd.Series:
     if annotations:
         keep &= (ev["kind"] == "annotation").to_numpy()
     ops = ev[keep]
-    labels = launch_calls(ev, work)
+    labels = launch_calls(work, ev)
     known = labels >= 0
     call = ev.loc[labels[known]]
     queries = pd.DataFrame(

@@ -110,10 +110,10 @@ def lane_intervals(
     """
     steps = window_steps(events, window)
     by_rank = steps.groupby("rank", observed=True)
-    kept = pd.DataFrame({"lo": by_rank["start_us"].min(), "hi": by_rank["end_us"].max()})
+    bounds = pd.DataFrame({"lo": by_rank["start_us"].min(), "hi": by_rank["end_us"].max()})
     copies = events["cat"].isin(GPU_COPY_CATEGORIES).to_numpy()
     ev = events[~events["kind"].isin(NOT_WORK_KINDS).to_numpy() & ~copies].join(
-        kept, on="rank", how="inner"
+        bounds, on="rank", how="inner"
     )
     ev = ev[(ev["end_us"] > ev["lo"]).to_numpy() & (ev["start_us"] < ev["hi"]).to_numpy()]
     with warnings.catch_warnings():  # said by the report's own reading of the pairs
@@ -130,7 +130,7 @@ def lane_intervals(
     spans = spans[~paired_by_guess(spans) | spans["cat"].isin(GPU_CATEGORIES).to_numpy()]
     ev, spans = _from_data_ready(ev, spans)
     result = Lanes(
-        _intervals(ev, lanes, spans, steps, kept),
+        _intervals(ev, lanes, spans, steps, bounds),
         lanes,
         steps[["rank", "step", "start_us", "end_us"]],
         pairs=pairs,
@@ -150,7 +150,7 @@ def lane_intervals(
 
 def lanes_of(events: pd.DataFrame, lanes: Lanes | None = None, window: str | None = None) -> Lanes:
     """The lanes of ``events`` cut with ``window`` (:func:`lane_intervals`): ``lanes`` where
-    given, checked to be of these events (and of ``window``, unless None), else cut now.
+    given, checked to be cut from these events with this ``window``, else cut now.
 
     Raises:
         ValueError: ``lanes`` were cut from other events, or with another window.
@@ -163,7 +163,7 @@ def lanes_of(events: pd.DataFrame, lanes: Lanes | None = None, window: str | Non
             f"given ({len(events)}): pass the events they were cut from, or leave lanes= out "
             "to have them cut from these"
         )
-    if window is not None and lanes.window != window:
+    if lanes.window != window:
         raise ValueError(
             f"lanes= were cut with window={lanes.window!r}, not {window!r}: pass the same "
             "window, or leave lanes= out"

@@ -107,11 +107,11 @@ def launched_on_a_gpu(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[ev["cat"].isin(GPU_CATEGORIES).to_numpy() & ev["launch_us"].notna().to_numpy()]
 
 
-def launch_calls(ev: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
-    """Per GPU event of ``work`` (:func:`launched_on_a_gpu`), the label in ``ev`` of its launch:
-    the CUDA runtime call of its rank that began at its ``launch_us`` (of calls that began at
-    one moment, the last in ``ev``); -1 where the trace does not hold it."""
-    runtime = ev[(ev["kind"] == "cuda runtime").to_numpy()]
+def launch_calls(work: pd.DataFrame, among: pd.DataFrame) -> np.ndarray:
+    """Per GPU event of ``work`` (:func:`launched_on_a_gpu`), the label of its launch among the
+    CUDA runtime calls of ``among``: the call of its rank that began at its ``launch_us`` (of
+    calls that began at one moment, the last); -1 where there is none."""
+    runtime = among[(among["kind"] == "cuda runtime").to_numpy()]
     call = dict(zip(zip(runtime["rank"].tolist(), runtime["start_us"].tolist()), runtime.index.tolist()))  # fmt: skip
     keys = zip(work["rank"].tolist(), work["launch_us"].tolist())
     return np.array([call.get(k, -1) for k in keys], dtype=np.int64)
@@ -126,7 +126,7 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     found: dict[int, int] = {}
     gpu = launched_on_a_gpu(ev)
     no_interval = {}
-    for label, issuer in zip(gpu.index, launch_calls(ev, gpu).tolist()):
+    for label, issuer in zip(gpu.index, launch_calls(gpu, ev).tolist()):
         if issuer in row_of.index:
             found[label] = int(row_of[issuer])
         elif issuer >= 0:  # a call of no length (old traces count whole µs): no interval
