@@ -587,11 +587,11 @@ def kept_lines(memory_job) -> dict[str, int]:
 
 def textbook_bubble(base) -> Callable[[int], dict]:
     """Exercise 14.2's right answer: the textbook's bubble, (p - 1) / (m + p - 1), a point more
-    for the transfers, and m + p - 1 slots of the time one took in ``base`` (4 micro-batches)."""
+    for the transfers, and m + p - 1 slots of the time one took in ``base`` (6 micro-batches)."""
     from helpers import step_times
     from helpers.traces import load_run
 
-    slot = float(step_times(load_run(base).events).median(axis=1).median()) / (4 + 2)
+    slot = float(step_times(load_run(base).events).median(axis=1).median()) / (6 + 2)
     return lambda m: {"bubble_pct": 100 * 2 / (m + 2) + 1, "step_ms": (m + 2) * slot}
 
 
@@ -788,8 +788,8 @@ def right_evidence(
         ),
         "14.1": ({"stage": 2, "delay_ms": 110.4}, {"run": hidden_slow_stage}),
         "14.2": (
-            textbook_bubble(lesson_run("pipeline-gpipe-4")),
-            {"base": lesson_run("pipeline-gpipe-4"), "seed": 0},
+            textbook_bubble(lesson_run("pipeline-gpipe")),
+            {"base": lesson_run("pipeline-gpipe"), "seed": 0},
         ),
         "15.1": (
             {"rank": 1, "mib_per_step": 1.0, "line": kept_lines["forward"]},
@@ -1633,11 +1633,12 @@ def test_14_1_rejects_a_pipeline_run_that_is_not_the_hidden_one(hidden_slow_stag
 
 
 @pytest.fixture
-def gpipe_4(lesson_run, check_runs):
-    return lesson_run("pipeline-gpipe-4")
+def gpipe_6(lesson_run, check_runs):
+    """The lesson's GPipe run of 6 micro-batches (8 slots a step)."""
+    return lesson_run("pipeline-gpipe")
 
 
-def step_4(base) -> float:
+def step_6(base) -> float:
     from helpers import step_times
     from helpers.traces import load_run
 
@@ -1645,48 +1646,48 @@ def step_4(base) -> float:
 
 
 WRONG_14_2 = {
-    # (what, predict(m, the 4 micro-batches' step), the hint)
+    # (what, predict(m, the 6 micro-batches' step), the hint)
     "the bubble over m slots, the step scaled by m": (
-        lambda m, step: {"bubble_pct": 200 / m, "step_ms": step * m / 4}, "the bubble is off"),
+        lambda m, step: {"bubble_pct": 200 / m, "step_ms": step * m / 6}, "the bubble is off"),
     "the bubble as a fraction": (
-        lambda m, step: {"bubble_pct": 2 / (m + 2), "step_ms": step * (m + 2) / 6},
+        lambda m, step: {"bubble_pct": 2 / (m + 2), "step_ms": step * (m + 2) / 8},
         "not as a fraction"),
     "a step of m slots": (
-        lambda m, step: {"bubble_pct": 200 / (m + 2), "step_ms": step * m / 6},
+        lambda m, step: {"bubble_pct": 200 / (m + 2), "step_ms": step * m / 8},
         "the step time is off"),
     "the lesson's step, unchanged": (
         lambda m, step: {"bubble_pct": 200 / (m + 2), "step_ms": step}, "the step time is off"),
     "one bubble for every count": (
-        lambda m, step: {"bubble_pct": 30, "step_ms": step * (m + 2) / 6}, "the bubble is off"),
+        lambda m, step: {"bubble_pct": 30, "step_ms": step * (m + 2) / 8}, "the bubble is off"),
     "no step time": (lambda m, step: {"bubble_pct": 200 / (m + 2)}, 'predict(m) gives {'),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("model, hint", WRONG_14_2.values(), ids=WRONG_14_2.keys())
 @pytest.mark.parametrize("seed", first_seed_quick([0, 1, 2, 3]))
-def test_14_2_rejects_the_plausible_wrong_models(gpipe_4, model, hint, seed):
-    step = step_4(gpipe_4)
-    said = evaluate("14.2", lambda m: model(m, step), base=gpipe_4, seed=seed)
+def test_14_2_rejects_the_plausible_wrong_models(gpipe_6, model, hint, seed):
+    step = step_6(gpipe_6)
+    said = evaluate("14.2", lambda m: model(m, step), base=gpipe_6, seed=seed)
     assert rejected(said, hint)
 
 
-def test_14_2_runs_the_job_only_after_both_predictions(gpipe_4, check_runs):
+def test_14_2_runs_the_job_only_after_both_predictions(gpipe_6, check_runs):
     from helpers.exercises.lesson14 import MICROBATCH_PAIRS
 
-    seen, right = [], textbook_bubble(gpipe_4)
+    seen, right = [], textbook_bubble(gpipe_6)
     before = len(check_runs)
-    evaluate("14.2", lambda m: (seen.append(len(check_runs)), right(m))[1], base=gpipe_4, seed=1)  # fmt: skip
+    evaluate("14.2", lambda m: (seen.append(len(check_runs)), right(m))[1], base=gpipe_6, seed=1)  # fmt: skip
     assert set(seen) == {before}  # every prediction was made before any run
     pair = random.Random(1).choice(MICROBATCH_PAIRS)
     assert check_runs[before:] == [f"pipeline-gpipe-{m}" for m in pair]
-    assert not {2, 4, 6} & set(pair)
+    assert not {6, 12} & set(pair)  # the counts the lesson ran
 
 
-def test_14_2_a_blind_guess_passes_under_one_run_in_twenty(gpipe_4, runs_read_once):
+def test_14_2_a_blind_guess_passes_under_one_run_in_twenty(gpipe_6, runs_read_once):
     # a bubble from 5 to 95 % and a step from 100 to 600 ms, the same for every count
     passed = [
         evaluate(
-            "14.2", lambda m, b=b, t=t: {"bubble_pct": b, "step_ms": t}, base=gpipe_4, seed=seed
+            "14.2", lambda m, b=b, t=t: {"bubble_pct": b, "step_ms": t}, base=gpipe_6, seed=seed
         )[0]  # fmt: skip
         for seed in range(4)
         for b in range(5, 100, 30)
@@ -1696,7 +1697,7 @@ def test_14_2_a_blind_guess_passes_under_one_run_in_twenty(gpipe_4, runs_read_on
 
 
 def test_14_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, check_runs):
-    said = evaluate("14.2", textbook_bubble(lesson_run("pipeline-gpipe-4")), base=lesson_run("pipeline-1f1b"))  # fmt: skip
+    said = evaluate("14.2", textbook_bubble(lesson_run("pipeline-gpipe")), base=lesson_run("pipeline-1f1b"))  # fmt: skip
     assert rejected(said, "one of the lesson's GPipe runs")
 
 

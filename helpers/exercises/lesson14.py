@@ -105,7 +105,7 @@ def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tu
     runs the job with each and compares. ``seed``: the tests' choice of pair."""
     given = arguments(base) if is_run(base) else {}
     if not is_run(base) or base.script != PIPELINE_SCRIPT or given.get("--schedule") != "gpipe" or base.nproc != 3:  # fmt: skip
-        return False, 'hand the check one of the lesson\'s GPipe runs: check("14.2", predict, base=runs["gpipe-4"])'  # fmt: skip
+        return False, 'hand the check one of the lesson\'s GPipe runs: check("14.2", predict, base=runs["gpipe"])'  # fmt: skip
     if not callable(answer):
         return False, 'answer with a function: predict(m) gives {"bubble_pct": ..., "step_ms": ...}'  # fmt: skip
     pair = random.Random(seed).choice(MICROBATCH_PAIRS)
