@@ -1698,7 +1698,7 @@ def test_14_2_a_blind_guess_passes_under_one_run_in_twenty(gpipe_6, runs_read_on
 
 def test_14_2_refuses_a_base_that_is_not_a_gpipe_run(lesson_run, check_runs):
     said = evaluate("14.2", textbook_bubble(lesson_run("pipeline-gpipe")), base=lesson_run("pipeline-1f1b"))  # fmt: skip
-    assert rejected(said, "one of the lesson's GPipe runs")
+    assert rejected(said, "the lesson's GPipe run")
 
 
 # -------------------------------------------------------------------------- lesson 15

@@ -38,8 +38,8 @@ _LAUNCH_14_1 = (
 #: forward less another stage's, it comes within 1 ms; the slow forward's whole length (the
 #: stage's own 10 ms of work on top) is refused.
 DELAY_TOLERANCE = (0.05, 3.0)
-#: The pairs of micro-batch counts 14.2's check draws (one pair), none the lesson ran (GPipe at 2,
-#: 4 and 6, 1F1B at 12):
+#: The pairs of micro-batch counts 14.2's check draws (one pair), none the lesson ran (GPipe at 6,
+#: 1F1B at 6 and 12; exercise 14.1 runs 4):
 #: each has a small count (3 or 5), where the bubble over m slots, (p - 1) / m, is 10 or more
 #: points off, and a large one (8 or 10), 3 or more slots apart, so no one guess fits both.
 MICROBATCH_PAIRS = ((3, 8), (5, 10), (3, 10), (5, 8))
@@ -85,13 +85,15 @@ def _bubble_and_step(said: Any, m: int) -> tuple[tuple[float, float] | None, str
 
 
 def _gpipe_run(base: Any, m: int) -> Any:
-    """A fresh GPipe run of ``m`` micro-batches, run as ``base`` (one of the lesson's) was."""
+    """A fresh GPipe run of ``m`` micro-batches, of ``base``'s script and stages, with the
+    default work and nothing else (the lesson's run also recorded memory: it adds no time a
+    slot, 36 ms a slot either way in the recordings)."""
     return launch(base.script, nproc=base.nproc, experiment=f"pipeline-gpipe-{m}", cpu=True, echo=False, args=["--schedule", "gpipe", "--microbatches", str(m)])  # fmt: skip
 
 
 def _measured(base: Any, m: int) -> tuple[float, float]:
     """The bubble (%) and the median step (ms) of a GPipe run of ``m`` micro-batches, run now
-    as ``base`` (one of the lesson's) was."""
+    (:func:`_gpipe_run`)."""
     events = load_run(_gpipe_run(base, m)).events
     bubble = 100 * float(stage_waits(events).groupby("rank")["share"].median().median())
     return bubble, float(step_times(events).median(axis=1).median())
@@ -99,13 +101,13 @@ def _measured(base: Any, m: int) -> tuple[float, float]:
 
 def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tuple[bool | None, str]:  # fmt: skip
     """14.2: ``predict(m)``, a function giving ``{"bubble_pct": %, "step_ms": ms}`` of a GPipe
-    run of ``m`` micro-batches, 3 stages, from the lesson's runs (``base``: one of its GPipe
-    runs). The check draws two counts the lesson did not run (:data:`MICROBATCH_PAIRS`, a small
+    run of ``m`` micro-batches, 3 stages, from the lesson's runs (``base``: its GPipe
+    run). The check draws two counts the lesson did not run (:data:`MICROBATCH_PAIRS`, a small
     one among them, where the bubble over m slots is far off), asks for both predictions, then
     runs the job with each and compares. ``seed``: the tests' choice of pair."""
     given = arguments(base) if is_run(base) else {}
     if not is_run(base) or base.script != PIPELINE_SCRIPT or given.get("--schedule") != "gpipe" or base.nproc != 3:  # fmt: skip
-        return False, 'hand the check one of the lesson\'s GPipe runs: check("14.2", predict, base=runs["gpipe"])'  # fmt: skip
+        return False, 'hand the check the lesson\'s GPipe run: check("14.2", predict, base=runs["gpipe"])'  # fmt: skip
     if not callable(answer):
         return False, 'answer with a function: predict(m) gives {"bubble_pct": ..., "step_ms": ...}'  # fmt: skip
     pair = random.Random(seed).choice(MICROBATCH_PAIRS)
