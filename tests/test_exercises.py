@@ -1679,8 +1679,21 @@ def test_14_2_runs_the_job_only_after_both_predictions(gpipe_6, check_runs):
     evaluate("14.2", lambda m: (seen.append(len(check_runs)), right(m))[1], base=gpipe_6, seed=1)  # fmt: skip
     assert set(seen) == {before}  # every prediction was made before any run
     pair = random.Random(1).choice(MICROBATCH_PAIRS)
-    assert check_runs[before:] == [f"pipeline-gpipe-{m}" for m in pair]
+    assert check_runs[before:] == [gpipe_6.experiment] + [f"pipeline-gpipe-{m}" for m in pair]
     assert not {6, 12} & set(pair)  # the counts the lesson ran
+
+
+def test_14_2_scales_the_predicted_steps_by_how_much_slower_the_lessons_run_is_now(gpipe_6, monkeypatch):  # fmt: skip
+    from helpers.exercises import lesson14
+
+    right = textbook_bubble(gpipe_6)
+
+    def on_a_slower_day(m):  # slots timed while the machine ran 25 % slower than the check's runs
+        return {**right(m), "step_ms": 1.25 * right(m)["step_ms"]}
+
+    assert rejected(evaluate("14.2", on_a_slower_day, base=gpipe_6, seed=0), "the step time is off")
+    monkeypatch.setattr(lesson14, "_slower_now", lambda base: 1 / 1.25)  # the lesson's run, again
+    assert evaluate("14.2", on_a_slower_day, base=gpipe_6, seed=0)[0]
 
 
 def test_14_2_a_blind_guess_passes_under_one_run_in_twenty(gpipe_6, runs_read_once):

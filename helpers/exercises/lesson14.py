@@ -91,12 +91,25 @@ def _gpipe_run(base: Any, m: int) -> Any:
     return launch(base.script, nproc=base.nproc, experiment=f"pipeline-gpipe-{m}", cpu=True, echo=False, args=["--schedule", "gpipe", "--microbatches", str(m)])  # fmt: skip
 
 
+def _median_step(run: Any) -> float:
+    """A run's median step (ms): the median over its steps of the ranks' median."""
+    return float(step_times(load_run(run).events).median(axis=1).median())
+
+
+def _slower_now(base: Any) -> float:
+    """How many times as long the machine takes for ``base``'s steps now as when it ran them
+    (1.1: 10 % slower now): ``base`` run again as it was, its median step over ``base``'s. A
+    machine can run one job 10 % faster or slower one hour than another."""
+    again = launch(base.script, nproc=base.nproc, experiment=base.experiment, cpu=True, echo=False, args=list(base.args))  # fmt: skip
+    return _median_step(again) / _median_step(base)
+
+
 def _measured(base: Any, m: int) -> tuple[float, float]:
     """The bubble (%) and the median step (ms) of a GPipe run of ``m`` micro-batches, run now
     (:func:`_gpipe_run`)."""
-    events = load_run(_gpipe_run(base, m)).events
-    bubble = 100 * float(stage_waits(events).groupby("rank")["share"].median().median())
-    return bubble, float(step_times(events).median(axis=1).median())
+    run = _gpipe_run(base, m)
+    bubble = 100 * float(stage_waits(load_run(run).events).groupby("rank")["share"].median().median())  # fmt: skip
+    return bubble, _median_step(run)
 
 
 def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tuple[bool | None, str]:  # fmt: skip
@@ -104,7 +117,9 @@ def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tu
     run of ``m`` micro-batches, 3 stages, from the lesson's runs (``base``: its GPipe
     run). The check draws two counts the lesson did not run (:data:`MICROBATCH_PAIRS`, a small
     one among them, where the bubble over m slots is far off), asks for both predictions, then
-    runs the job with each and compares. ``seed``: the tests' choice of pair."""
+    runs ``base`` again (its steps now over then scale the predicted steps: the machine's speed
+    drifts between the lesson and the check) and the job with each count, and compares.
+    ``seed``: the tests' choice of pair."""
     given = arguments(base) if is_run(base) else {}
     if not is_run(base) or base.script != PIPELINE_SCRIPT or given.get("--schedule") != "gpipe" or base.nproc != 3:  # fmt: skip
         return False, 'hand the check the lesson\'s GPipe run: check("14.2", predict, base=runs["gpipe"])'  # fmt: skip
@@ -114,7 +129,8 @@ def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tu
     said, instead = predictions(answer, pair, _bubble_and_step)
     if instead:
         return instead
-    measured = {m: _measured(base, m) for m in pair}  # only now: after both predictions
+    slower = _slower_now(base)  # only now: after both predictions
+    measured = {m: _measured(base, m) for m in pair}
     for m in pair:
         if abs(said[m][0] - measured[m][0]) > BUBBLE_POINTS:
             return False, (
@@ -124,11 +140,12 @@ def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tu
                 "idle and the slots the step lasts"
             )
     for m in pair:
-        if not close(said[m][1], measured[m][1], STEP_SHARE, 0.0):
+        if not close(said[m][1] * slower, measured[m][1], STEP_SHARE, 0.0):
             return False, (
                 f"the bubble is right; the step time is off for {m} micro-batches: you said "
-                f"{said[m][1]:.0f} ms, the run's steps took {measured[m][1]:.0f} (more than "
-                f"{STEP_SHARE:.0%} apart): a step lasts as many slots as the drawing "
+                f"{said[m][1]:.0f} ms ({said[m][1] * slower:.0f} at the machine's speed now), "
+                f"the run's steps took {measured[m][1]:.0f} (more than {STEP_SHARE:.0%} "
+                "apart): a step lasts as many slots as the drawing "
                 "shows, each slot one forward and one backward with their transfers; time a "
                 "slot from the lesson's runs"
             )
@@ -136,7 +153,7 @@ def _the_bubble_predicted(answer: Any, base: Any = None, seed: Any = None) -> tu
         f"{m} micro-batches: a bubble of {measured[m][0]:.1f} % (you said {said[m][0]:.1f}) and "
         f"steps of {measured[m][1]:.0f} ms (you said {said[m][1]:.0f})"
         for m in pair
-    )
+    ) + f"; the lesson's run took {slower:.2f} times as long now, and your steps were scaled by it"
 
 
 #: Lesson 14's checks, by exercise number.
