@@ -18,11 +18,13 @@ from helpers import (
     path_summary,
     replay_error,
     replay_step_times,
+    step_times,
     what_if,
     with_groups_from_flight_records,
 )
 from helpers.analysis.path import validate
 from helpers.analysis.path.lanes import lane_intervals
+from helpers.report.held import held_section
 from helpers.traces import load_run, load_trace
 
 GPU_TRACES = [
@@ -226,8 +228,9 @@ def _moved(events: pd.DataFrame) -> pd.DataFrame:
         lambda events, lanes: what_if(events, rank=1, name="^aten::mm$", lanes=lanes),
         lambda events, lanes: replay_error(events, lanes=lanes),
         lambda events, lanes: replay_step_times(events, lanes=lanes),
+        lambda events, lanes: held_section(events, lanes, step_times(events)),
     ],
-    ids=["critical_path", "what_if", "replay_error", "replay_step_times"],
+    ids=["critical_path", "what_if", "replay_error", "replay_step_times", "the report's section"],
 )
 def test_lanes_of_other_events_are_an_error_that_says_what_to_pass(one_collective, use):
     lanes = lane_intervals(one_collective)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if, what_if_checks
 from ..analysis.path.dependencies import DEPENDENCIES, UNTRACED
-from ..analysis.path.lanes import Lanes, findings_said, lane_intervals
+from ..analysis.path.lanes import Lanes, findings_said, lane_intervals, lanes_of
 from ..analysis.path.walk import kind_said, named_for_fixing, path_of
 from ..drawing import plot_critical_path
 from .cautions import missing_ranks
@@ -67,7 +67,7 @@ def held_section(
         names: the collectives' names (default: :func:`helpers.collective_source`'s choice).
         world: the job's size, as the traces record it (None: unknown).
     """
-    path = path_of(lanes, events)
+    path = path_of(lanes_of(events, lanes, lanes.window), events)  # lanes of these events
     clocks = findings_said(lanes, events, "negative lag")
     if clocks:  # the report turns it into a caution
         warnings.warn(clocks, stacklevel=2)

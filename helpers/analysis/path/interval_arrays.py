@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["IntervalArrays", "first_row", "last_rows"]
+__all__ = ["IntervalArrays", "event_rows", "first_row", "last_rows"]
 
 
 @dataclass
@@ -24,6 +24,12 @@ class IntervalArrays:
     @classmethod
     def of(cls, iv: pd.DataFrame) -> IntervalArrays:
         return cls(*(iv[c].to_numpy() for c in ("rank", "lane_id", "start_us", "end_us", "event")))
+
+
+def event_rows(iv: pd.DataFrame, keep: str) -> pd.DataFrame:
+    """The intervals of events (not gaps), one per event: its first or last (``keep``), in the
+    intervals' order, each with its row as its label."""
+    return iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep=keep)
 
 
 def first_row(arrays: IntervalArrays, row: int) -> int:

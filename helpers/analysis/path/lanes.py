@@ -45,6 +45,7 @@ from ..windows import window_steps
 from .builders import graph_of
 from .dependencies import DEPENDENCIES
 from .graph import Graph, validate
+from .interval_arrays import event_rows
 
 __all__ = ["Lanes", "lane_intervals", "lanes_of", "findings_said"]
 
@@ -365,8 +366,7 @@ def _link_collectives(lanes: Lanes, spans: pd.DataFrame, linked: pd.DataFrame) -
     held a rank)."""
     if spans.empty:
         return
-    iv = lanes.intervals
-    labelled = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event")
+    labelled = event_rows(lanes.intervals, "first")
     at = pd.Index(labelled["event"].to_numpy()).get_indexer(spans.index)
     row = np.where(at >= 0, labelled.index.to_numpy()[np.maximum(at, 0)], -1)
     keys, indices = spans["key"].astype(str).to_numpy(), spans["index"].to_numpy()

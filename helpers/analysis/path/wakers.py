@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, name_matches
-from .interval_arrays import IntervalArrays
+from .interval_arrays import IntervalArrays, event_rows
 
 __all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
 
@@ -29,7 +29,7 @@ def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict
     the intervals' order):
     ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start, its launch)`` (the launch: NaN
     for an event not launched from the CPU)."""
-    last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
+    last = event_rows(iv, "last")
     labels = last["event"].to_numpy()
     last = last.assign(
         began=ev["start_us"].reindex(labels).to_numpy(),
@@ -121,7 +121,7 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
     """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
     CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
     call that began before it on its rank (the row of the issuer's last interval)."""
-    last = iv[iv["event"].to_numpy() >= 0].drop_duplicates("event", keep="last")
+    last = event_rows(iv, "last")
     row_of = pd.Series(last.index.to_numpy(), index=last["event"].to_numpy())
     found: dict[int, int] = {}
     gpu = launched_on_a_gpu(ev)
