@@ -225,23 +225,12 @@ def test_a_cached_pass_without_the_path_is_followed_by_one_that_finds_it(tmp_pat
     assert summarise_run(folder, workers=1, progress=False).pieces
 
 
-#: Lesson 15's sharded runs trace their first step, which the ranks began 33 ms apart (rank 0
-#: still in the profiler's step() call): the whole run's walk gives those 0.35 ms to
-#: ``profiler.py: step`` and the job's ``<module>`` line on rank 0, the path strung rank by rank
-#: to untraced time. A difference of the two paths' starts, which the craft issue's one function
-#: for both is to remove; strict, so that the day they agree says so.
-APART_AT_THE_FIRST_STEP = pytest.mark.xfail(
-    strict=True, reason="the two paths start a step begun 33 ms apart on two ranks differently"
-)
-
-
 def _runs_with_steps() -> list:
     """Every recording of the series with profiler steps, and the runs kept in tests/data."""
     found = []
     for folder in sorted([*RECORDINGS_ROOT.glob("*/files"), *RECORDINGS_ROOT.glob("gpu/*/files")]):  # fmt: skip
         if [p for p in folder.rglob("*.json.gz") if "rank" in p.name or "trace" in p.name]:
-            marks = [APART_AT_THE_FIRST_STEP] if folder.parent.name.startswith(("memory-fsdp", "memory-wide")) else []  # fmt: skip
-            found.append(pytest.param(folder, id=folder.parent.name, marks=marks))
+            found.append(pytest.param(folder, id=folder.parent.name))
     found = quick_sample(found, recording_family)  # the quick loop: one recording of each job
     # pipeline-send-in-its-call: a live run of lesson 14's 1F1B job whose send's record ended
     # in the c10d::send that issued it (the path strung rank by rank lost 120 ms there)
