@@ -3,7 +3,7 @@ that look at them one by one, and an event's first and last interval rows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,10 @@ class IntervalArrays:
     start: np.ndarray
     end: np.ndarray
     event: np.ndarray
+
+    #: the index of each event's last interval row: the events' labels, sorted, and their
+    #: rows (made the first time :func:`last_rows` is asked, once for all the builders)
+    last_index: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)  # fmt: skip
 
     @classmethod
     def of(cls, iv: pd.DataFrame) -> IntervalArrays:
@@ -41,9 +45,12 @@ def first_row(arrays: IntervalArrays, row: int) -> int:
 
 def last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
     """The last interval row of each of ``events`` (labels); -1 for an event without one."""
-    at = np.flatnonzero(np.isin(arrays.event, events))[::-1]  # read backwards: the last first
-    labels, first = np.unique(arrays.event[at], return_index=True)
+    if arrays.last_index is None:
+        at = np.flatnonzero(arrays.event >= 0)[::-1]  # read backwards: the last first
+        labels, first = np.unique(arrays.event[at], return_index=True)
+        arrays.last_index = (labels, at[first])
+    labels, rows = arrays.last_index
     if not len(labels):
         return np.full(len(events), -1, dtype=np.int64)
     where = np.minimum(np.searchsorted(labels, events), len(labels) - 1)
-    return np.where(labels[where] == events, at[first][where], -1).astype(np.int64)
+    return np.where(labels[where] == events, rows[where], -1).astype(np.int64)
