@@ -258,7 +258,11 @@ REAL_RUNS = {
 
 
 def _same_path(source) -> None:
+    """The path strung from each rank's part is the whole run's: the same summary, and stretch
+    for stretch (:func:`_stretches`) the same ranks in turn, each with the same time per kind
+    and name (a rank's part keeps sums per piece, not its segments)."""
     from helpers import critical_path, path_summary
+    from helpers.analysis.path.from_rank_parts import path_summary_of_parts
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -268,9 +272,33 @@ def _same_path(source) -> None:
             pytest.skip("no trace of steps here")
         if not (whole["kind"] == "step").any():
             pytest.skip("no profiler steps")
-        by_rank = summarise_run(source, workers=1, cache=False, progress=False).path_summary()
-        expected = path_summary(critical_path(whole), ["kind", "name"])
+        summary = summarise_run(source, workers=1, cache=False, progress=False)
+        trail: list[tuple] = []
+        by_rank = path_summary_of_parts(summary.pieces, summary.ports, summary.steps, summary.collectives, (), summary.part_again, trail)  # fmt: skip
+        path = critical_path(whole)
+        expected = path_summary(path, ["kind", "name"])
     pd.testing.assert_frame_equal(by_rank, expected, check_dtype=False)
+    segments = list(zip(path["step"], path["rank"], path["kind"].astype(str), path["name"].astype(str), path["dur_us"]))  # fmt: skip
+    by_step = [[s for s in segments if s[0] == step][::-1] for step in path["step"].unique()]
+    strung, walked = _stretches(trail), _stretches([s for step in by_step for s in step])
+    assert [s[:2] for s in strung] == [s[:2] for s in walked]  # the same ranks, in turn
+    for (step, rank, mine), (_, _, theirs) in zip(strung, walked):
+        assert mine == pytest.approx(theirs, rel=1e-6, abs=1e-3), f"step {step}, rank {rank}"
+
+
+def _stretches(trail) -> list[tuple[int, int, dict]]:
+    """A path's time (``(step, rank, kind, name, µs)``, each step from its end back) as its
+    stretches on one rank: ``(step, rank, {(kind, name): µs})``, a stretch ending where the
+    path goes to another rank or step (what lasts under a ns left out)."""
+    found: list[tuple[int, int, dict]] = []
+    for step, rank, kind, name, us in trail:
+        if us < 1e-3:
+            continue
+        if not found or found[-1][:2] != (step, rank):
+            found.append((int(step), int(rank), {}))
+        held = found[-1][2]
+        held[(kind, name)] = held.get((kind, name), 0.0) + us
+    return found
 
 
 @pytest.mark.parametrize("source", _runs_with_steps())

@@ -148,6 +148,7 @@ def path_summary_of_parts(
     collectives: pd.DataFrame,
     leave_out: Collection[int] = (),
     again: Callable[[int, RankAsked], tuple[pd.DataFrame, pd.DataFrame]] | None = None,
+    trail: list[tuple] | None = None,
 ) -> pd.DataFrame:
     """:func:`helpers.path_summary` by kind and name, from every rank's part of the path.
 
@@ -159,6 +160,10 @@ def path_summary_of_parts(
         leave_out: steps to leave out (a stall or a hang).
         again: a rank's part made again as asked (its events read once more); None: a piece
             that cannot be cut exactly is cut in proportion to its time (the run's files gone).
+        trail: a list to which each time the path adds is appended, in the order the walk
+            adds it (each step from its end back): ``(step, rank, kind, name, us)``, of more
+            than no time: :func:`helpers.critical_path`'s segments, summed where the walk went
+            through a piece of a rank's part at once.
 
     Returns:
         ``rank, kind, name, ms, ms_per_step, share``, heaviest first.
@@ -171,7 +176,7 @@ def path_summary_of_parts(
     last = last_to_end(steps)
     stringer = _Stringer(pieces, ports, ports_graph(ports, collectives))
     for asked_again in (False, True):  # as kept; then with the ranks cut inexactly made again
-        totals = {}
+        totals, stringer.trail = {}, [] if trail is not None else None
         for step, lo, hi in windows:
             stringer.string(totals, step, last[step], lo, hi)
         if asked_again or not stringer.inexact or again is None:
@@ -180,6 +185,8 @@ def path_summary_of_parts(
             asked = RankAsked(np.unique(np.r_[bounds, sorted(moments)]))
             stringer.replace(rank, *again(rank, asked))
         stringer.inexact = {}
+    if trail is not None:
+        trail += stringer.trail
     return _table(totals)
 
 
@@ -221,6 +228,7 @@ class _Stringer:
         self.port_rows = ports.groupby("rank", sort=False).indices
         self.pieces: dict[int, _RankPieces] = {}
         self.inexact: dict[int, set] = {}
+        self.trail: list[tuple] | None = None
 
     def replace(self, rank: int, chains: pd.DataFrame, ports: pd.DataFrame) -> None:
         """Take ``rank``'s part as ``chains`` and ``ports`` from now on."""
@@ -257,7 +265,7 @@ class _Stringer:
             else:
                 break  # the rank's trace begins
         if t > lo:
-            _add(totals, (rank, UNTRACED.segment_kind, UNTRACED_NAME), step, t - lo)
+            self._put(totals, (rank, UNTRACED.segment_kind, UNTRACED_NAME), step, t - lo)
 
     def _add(self, totals: dict, step: int, rank: int, g: int, t: float, lo: float) -> float:
         """Add piece ``g`` of ``rank``'s time within ``(lo, t]``; return where it stops (or ``lo``)."""
@@ -276,7 +284,7 @@ class _Stringer:
                 us -= (top if pieces.first[at] else 0.0) + (bottom if pieces.last[at] else 0.0)
             elif span > 0:
                 us *= max(min(t, start) - max(stop, lo), 0.0) / span
-            _add(totals, (rank, pieces.kind[at], pieces.name[at]), step, us)
+            self._put(totals, (rank, pieces.kind[at], pieces.name[at]), step, us)
         return max(min(t, stop), lo)
 
     def _across(self, totals: dict, step: int, rank: int, port: tuple, t: float, lo: float) -> tuple[tuple, float]:  # fmt: skip
@@ -289,7 +297,7 @@ class _Stringer:
         if edge < 0 or DEPENDENCIES[graph.graph.dependency[edge]].own_time or self._in_itself(row, edge):  # fmt: skip
             # a collective not matched on every rank, a wait not paired or one that began once
             # its data was there: its own time, then on from its start
-            _add(totals, (rank, kind, name), step, t - max(start, lo))
+            self._put(totals, (rank, kind, name), step, t - max(start, lo))
             origin = "arrival" if port[0] == "collective" else "wait"
             what = pieces.key_of[port[1]] if port[0] == "collective" else port[1]
             walk = pieces.walk_at.get((origin, what), -1)
@@ -299,13 +307,19 @@ class _Stringer:
         begin = min(there, t)
         j = source // 2
         other = int(graph.ports["rank"].iat[j])
-        _add(totals, (other, COLLECTIVE_KIND, name), step, t - max(begin, lo))
+        self._put(totals, (other, COLLECTIVE_KIND, name), step, t - max(begin, lo))
         kind, label = graph.ports["port"].iat[j], int(graph.ports["label"].iat[j])
         origin = {"collective": "arrival", "send op": "issue", "recv op": "post"}[kind]
         # a collective's walk is known by its numbering on its rank alone (the graph's is the run's)
         what = self.of(other).key_of.get(label) if kind == "collective" else label
         walk = self.of(other).walk_at.get((origin, what), -1)
         return (other, walk, self._begin_at(other, walk, begin)), begin
+
+    def _put(self, totals: dict, where: tuple, step: int, us: float) -> None:
+        """Add ``us`` of ``where`` (rank, kind, name) to ``step``'s totals, and to the trail."""
+        _add(totals, where, step, us)
+        if self.trail is not None and us > 0:
+            self.trail.append((step, *where, us))
 
     def _in_itself(self, row: int, edge: int) -> bool:
         """Whether the binding ``edge`` into port ``row`` is a call still under way on the port's
