@@ -262,7 +262,6 @@ def _same_path(source) -> None:
     for stretch (:func:`_stretches`) the same ranks in turn, each with the same time per kind
     and name (a rank's part keeps sums per piece, not its segments)."""
     from helpers import critical_path, path_summary
-    from helpers.analysis.path.from_rank_parts import path_summary_of_parts
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -272,9 +271,8 @@ def _same_path(source) -> None:
             pytest.skip("no trace of steps here")
         if not (whole["kind"] == "step").any():
             pytest.skip("no profiler steps")
-        summary = summarise_run(source, workers=1, cache=False, progress=False)
         trail: list[tuple] = []
-        by_rank = path_summary_of_parts(summary.pieces, summary.ports, summary.steps, summary.collectives, (), summary.part_again, trail)  # fmt: skip
+        by_rank = summarise_run(source, workers=1, cache=False, progress=False).path_summary(trail=trail)  # fmt: skip
         path = critical_path(whole)
         expected = path_summary(path, ["kind", "name"])
     pd.testing.assert_frame_equal(by_rank, expected, check_dtype=False)
@@ -289,21 +287,45 @@ def _same_path(source) -> None:
 def _stretches(trail) -> list[tuple[int, int, dict]]:
     """A path's time (``(step, rank, kind, name, µs)``, each step from its end back) as its
     stretches on one rank: ``(step, rank, {(kind, name): µs})``, a stretch ending where the
-    path goes to another rank or step (what lasts under a ns left out)."""
+    path goes to another rank or step. Summed first, then what adds up to under a ns left out
+    (one side sums a piece's segments, the other has them one by one)."""
     found: list[tuple[int, int, dict]] = []
     for step, rank, kind, name, us in trail:
-        if us < 1e-3:
-            continue
-        if not found or found[-1][:2] != (step, rank):
-            found.append((int(step), int(rank), {}))
-        held = found[-1][2]
-        held[(kind, name)] = held.get((kind, name), 0.0) + us
-    return found
+        if us > 0:
+            found += [] if found and found[-1][:2] == (step, rank) else [(int(step), int(rank), {})]  # fmt: skip
+            held = found[-1][2]
+            held[(kind, name)] = held.get((kind, name), 0.0) + us
+    kept: list[tuple[int, int, dict]] = []
+    for step, rank, held in found:
+        held = {k: us for k, us in held.items() if us >= 1e-3}
+        if held and kept and kept[-1][:2] == (step, rank):  # a stretch of no time between
+            for k, us in held.items():
+                kept[-1][2][k] = kept[-1][2].get(k, 0.0) + us
+        elif held:
+            kept.append((step, rank, held))
+    return kept
 
 
 @pytest.mark.parametrize("source", _runs_with_steps())
 def test_the_path_strung_from_each_ranks_part_is_the_whole_runs_path(source):
     _same_path(source)
+
+
+def test_a_rank_that_began_the_first_step_later_is_walked_through_what_came_before_it(tmp_path):
+    from test_graph import op, step
+
+    from conftest import trace_doc, write_doc
+
+    # rank 1 begins the run's first step at 0; rank 0 begins its own at 300, inside a setup op
+    # begun at 200, and ends last (1100): the path walks rank 0 back to 0, through the setup
+    # op's 100 µs before its step (a rank's part that stopped at its step gave them to untraced)
+    ranks = {
+        0: [step(300, 800), op("setup", 200, 150), op("aten::mm", 350, 750)],
+        1: [step(0, 1000), op("aten::mm", 0, 1000)],
+    }
+    for rank, events in ranks.items():
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=2))
+    _same_path(tmp_path)
 
 
 @pytest.mark.parametrize("where", quick_sample([pytest.param(w, id=k) for k, w in REAL_RUNS.items()], real_trace_family))  # fmt: skip

@@ -103,13 +103,15 @@ class RunSummary:
         """:func:`helpers.find_straggler` of the whole run."""
         return find_straggler(self.collectives, names)
 
-    def path_summary(self, leave_out: Sequence[int] = ()) -> pd.DataFrame:
+    def path_summary(self, leave_out: Sequence[int] = (), trail: list[tuple] | None = None) -> pd.DataFrame:  # fmt: skip
         """:func:`helpers.path_summary` by kind and name of the run's critical path, strung
         together from each rank's part (:mod:`helpers.analysis.path.from_rank_parts`); the steps in
         ``leave_out`` left out. A rank whose part the whole run takes otherwise than the rank
-        read alone did is read once more (:meth:`part_again`), where its file is known."""
+        read alone did is read once more (:meth:`part_again`), where its file is known.
+        ``trail``: a list to fill with the path's time in the walk's order
+        (:func:`~helpers.analysis.path.from_rank_parts.path_summary_of_parts`)."""
         again = self.part_again if self.headers else None
-        return path_summary_of_parts(self.pieces, self.ports, self.steps, self.collectives, leave_out, again)  # fmt: skip
+        return path_summary_of_parts(self.pieces, self.ports, self.steps, self.collectives, leave_out, again, trail)  # fmt: skip
 
     def part_again(self, rank: int, asked: RankAsked) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``rank``'s part of the path made again as ``asked``: its file read once more (from

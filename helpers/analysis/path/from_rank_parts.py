@@ -160,10 +160,9 @@ def path_summary_of_parts(
         leave_out: steps to leave out (a stall or a hang).
         again: a rank's part made again as asked (its events read once more); None: a piece
             that cannot be cut exactly is cut in proportion to its time (the run's files gone).
-        trail: a list to which each time the path adds is appended, in the order the walk
-            adds it (each step from its end back): ``(step, rank, kind, name, us)``, of more
-            than no time: :func:`helpers.critical_path`'s segments, summed where the walk went
-            through a piece of a rank's part at once.
+        trail: a list to fill with the path's time in the order the walk adds it, each step
+            from its end back: ``(step, rank, kind, name, us)``, one entry per kind and name of
+            each piece it crosses (positive µs only, from the final pass over the steps).
 
     Returns:
         ``rank, kind, name, ms, ms_per_step, share``, heaviest first.
@@ -317,7 +316,8 @@ class _Stringer:
 
     def _put(self, totals: dict, where: tuple, step: int, us: float) -> None:
         """Add ``us`` of ``where`` (rank, kind, name) to ``step``'s totals, and to the trail."""
-        _add(totals, where, step, us)
+        per_step = totals.setdefault(where, {})
+        per_step[step] = per_step.get(step, 0.0) + us
         if self.trail is not None and us > 0:
             self.trail.append((step, *where, us))
 
@@ -339,11 +339,6 @@ class _Stringer:
         while (walk, begin + 1) in pieces.piece_of and pieces.head["stop_us"][pieces.piece_of[(walk, begin)]] >= t:  # fmt: skip
             begin += 1
         return begin
-
-
-def _add(totals: dict, where: tuple, step: int, us: float) -> None:
-    per_step = totals.setdefault(where, {})
-    per_step[step] = per_step.get(step, 0.0) + us
 
 
 def _table(totals: dict) -> pd.DataFrame:

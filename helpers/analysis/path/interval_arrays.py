@@ -22,7 +22,8 @@ class IntervalArrays:
     event: np.ndarray
 
     #: the index of each event's last interval row: the events' labels, sorted, and their
-    #: rows (made the first time :func:`last_rows` is asked, once for all the builders)
+    #: rows (made the first time :func:`last_rows` is asked, once for all the builders; the
+    #: arrays are not to be written once it is made)
     last_index: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)  # fmt: skip
 
     @classmethod
@@ -44,7 +45,8 @@ def first_row(arrays: IntervalArrays, row: int) -> int:
 
 
 def last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
-    """The last interval row of each of ``events`` (labels); -1 for an event without one."""
+    """The last interval row of each of ``events`` (labels, 0 or more); -1 for an event
+    without one."""
     if arrays.last_index is None:
         at = np.flatnonzero(arrays.event >= 0)[::-1]  # read backwards: the last first
         labels, first = np.unique(arrays.event[at], return_index=True)

@@ -157,9 +157,10 @@ def rank_part(events: pd.DataFrame, asked: RankAsked | None = None) -> tuple[pd.
     walker = _RankWalker(lanes, stops)
     rank = int(events["rank"].iloc[0])
     ports = _ports(rank, events, lanes, walker, stops)
-    # down to the rank's first moment, not its first step's: the run's first step begins with
-    # the rank that began it first, and the whole run's walk goes on through what came before
-    # this rank's step (lesson 15's sharded ranks began theirs 33 ms apart)
+    # down to the rank's first interval (the start of the earliest event still open at its
+    # first step), not its first step's start: the run's first step begins with the rank that
+    # began it first, and the whole run's walk goes on through what came before this rank's
+    # step (lesson 15's sharded ranks began theirs 33 ms apart)
     lo = float(iv["start_us"].min()) - 1.0
     walks, cuts = [], {}
     for number, (origin, step, key, index, label, lane, t) in enumerate(_origins(walker, lanes, ports)):  # fmt: skip
