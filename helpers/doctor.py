@@ -274,15 +274,12 @@ def _network_exposure(seen: set, job: str = "gloo") -> Check:
         )
     if not seen:
         return Check(name, "WARN", f"no listening socket of the 2-rank {job} job was seen")
-    # a socket once each, whatever process held it: a child forked by the agent or a rank
-    # holds its parent's sockets (and command line) until it runs its own program
-    agents = len({(s.address, s.port) for s in seen if s.process == "torchrun agent"})
-    ranks = len({(s.address, s.port) for s in seen if s.process != "torchrun agent"})
+    agents = sum(s.process == "torchrun agent" for s in seen)
     return Check(
         name,
         "PASS",
         f"the 2-rank {job} job listened on loopback only ({agents} torchrun stores, "
-        f"{ranks} sockets of its ranks). torchrun typed by hand listens on every "
+        f"{len(seen) - agents} sockets of its ranks). torchrun typed by hand listens on every "
         f"interface for the whole run (README.md, Security)",
     )
 

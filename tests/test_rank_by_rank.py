@@ -276,9 +276,10 @@ def _same_path(source) -> None:
         path = critical_path(whole)
         expected = path_summary(path, ["kind", "name"])
     pd.testing.assert_frame_equal(by_rank, expected, check_dtype=False)
-    segments = list(zip(path["step"], path["rank"], path["kind"].astype(str), path["name"].astype(str), path["dur_us"]))  # fmt: skip
-    by_step = [[s for s in segments if s[0] == step][::-1] for step in path["step"].unique()]
-    strung, walked = _stretches(trail), _stretches([s for step in by_step for s in step])
+    # the whole run's segments as the walk met them: each step from its end back
+    back = pd.concat([rows.iloc[::-1] for _, rows in path.groupby("step", sort=False)])
+    walked = zip(back["step"], back["rank"], back["kind"].astype(str), back["name"].astype(str), back["dur_us"])  # fmt: skip
+    strung, walked = _stretches(trail), _stretches(walked)
     assert [s[:2] for s in strung] == [s[:2] for s in walked]  # the same ranks, in turn
     for (step, rank, mine), (_, _, theirs) in zip(strung, walked):
         assert mine == pytest.approx(theirs, rel=1e-6, abs=1e-3), f"step {step}, rank {rank}"
@@ -291,10 +292,10 @@ def _stretches(trail) -> list[tuple[int, int, dict]]:
     (one side sums a piece's segments, the other has them one by one)."""
     found: list[tuple[int, int, dict]] = []
     for step, rank, kind, name, us in trail:
-        if us > 0:
-            found += [] if found and found[-1][:2] == (step, rank) else [(int(step), int(rank), {})]  # fmt: skip
-            held = found[-1][2]
-            held[(kind, name)] = held.get((kind, name), 0.0) + us
+        if not found or found[-1][:2] != (step, rank):
+            found.append((int(step), int(rank), {}))
+        held = found[-1][2]
+        held[(kind, name)] = held.get((kind, name), 0.0) + us
     kept: list[tuple[int, int, dict]] = []
     for step, rank, held in found:
         held = {k: us for k, us in held.items() if us >= 1e-3}

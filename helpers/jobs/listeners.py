@@ -130,12 +130,14 @@ class Listener:
 class ListenerWatch:
     """The sockets that processes of runs under ``traces_root`` listen on, sampled every
     ``every`` seconds in a thread while the ``with`` block runs: ``seen``, a set of
-    :class:`Listener`. For the doctor and the tests: what a run exposes, measured."""
+    :class:`Listener`, one per socket. For the doctor and the tests: what a run exposes,
+    measured."""
 
     def __init__(self, traces_root: str | Path, every: float = 0.1):
         self.traces_root = Path(traces_root).resolve()
         self.every = every
         self.seen: set[Listener] = set()
+        self._sockets: set[tuple[str, int]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
 
@@ -156,9 +158,18 @@ class ListenerWatch:
                     env = proc.environ()
                     run_dir = Path(env.get("RUN_DIR", "/")).resolve()
                     if RUN_MARKER in env and run_dir.is_relative_to(self.traces_root):
-                        self.seen.update(listeners_of(proc))
+                        self.add(listeners_of(proc))
                 except (psutil.Error, OSError, ValueError):
                     continue
+
+    def add(self, listeners: list[Listener]) -> None:
+        """Keep each socket of ``listeners`` once, as the first process seen holding it: a
+        child that a run's process forks holds its parent's sockets (and command line) until it
+        runs its own program, and a sample in that moment sees them again under its pid."""
+        for listener in listeners:
+            if (listener.address, listener.port) not in self._sockets:
+                self._sockets.add((listener.address, listener.port))
+                self.seen.add(listener)
 
 
 def listeners_of(proc) -> list[Listener]:
