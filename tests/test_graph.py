@@ -131,7 +131,7 @@ def edges_of(tmp_path, ranks: dict[int, list[dict]], dependency: str, into: str 
 
     def node(n: int) -> str:
         if n >= 2 * graph.intervals:
-            return "hub"  # a collective's node of its own
+            return "hub"  # a collective's or a step end's node of its own
         label, rank = int(iv["event"].iat[n // 2]), int(iv["rank"].iat[n // 2])
         what = names.get(label, "gap") if label >= 0 else "gap"
         return f"r{rank} {what}.{'end' if n % 2 else 'start'}"
@@ -154,6 +154,11 @@ BUILDERS = {
         ("transfer", None),
         {("r0 gloo:all_reduce.start", "hub", 0), ("r1 gloo:all_reduce.start", "hub", 0),
          ("hub", "r0 gloo:all_reduce.end", 200), ("hub", "r1 gloo:all_reduce.end", 200)},
+    ),
+    "step end: through its hub, from each rank's end of the step": (
+        {0: [step(0, 500), op("aten::mm", 0, 500)], 1: [step(0, 900), op("aten::mm", 0, 900)]},
+        ("step end", None),
+        {("r0 aten::mm.end", "hub", 0), ("r1 aten::mm.end", "hub", 0)},
     ),
     "transfer: a rank that left before another arrived waited only for those there by then": (
         # gloo's broadcast of 3 ranks: rank 1 has the root's data at 110, before rank 2 arrives

@@ -4,7 +4,9 @@ The replay of a run as measured reproduces it whatever the graph says (each edge
 delay it measured), so its replay error cannot tell a wrong graph from a right one. A what-if
 can: take one event out of a small hand-built run, work out by hand when everything else would
 happen, and compare. One case per kind of dependency (each case's comment is the arithmetic),
-and a mutation check: drop any one builder of the graph, and some case here fails.
+and a mutation check: drop any one builder of the graph, and some case here fails. The step's
+end, which no what-if reads (no moment waits for it), has answers of its own: the rank where
+the step's path begins.
 
 A wait ends as long after the last of what it waited for (its own start included) as it did
 when measured: its *delay* (helpers/analysis/path/graph.py).
@@ -17,7 +19,7 @@ import pytest
 from test_graph import GLOO, OTHER, STREAM, kernel, launch, op, peer, record, step, stream_wait
 
 from conftest import complete_event, trace_doc, write_doc
-from helpers import what_if
+from helpers import critical_path, what_if
 from helpers.analysis.path import builders
 from helpers.analysis.path.dependencies import DEPENDENCIES
 from helpers.traces import load_run
@@ -190,17 +192,40 @@ KNOWN = {
 }  # fmt: skip
 
 
+#: Per case: the ranks' events, the rank on which the path of their one step must begin (the
+#: last to end it), and the kind of dependency the answer depends on.
+KNOWN_STARTS = {
+    "step end: the path begins on the rank that ended the step last": (
+        {0: [step(0, 900), op("aten::mm", 0, 900)], 1: [step(0, 500), op("aten::mm", 0, 500)],
+         2: [step(0, 950), op("aten::mm", 0, 950)]},
+        2, "step end",
+    ),
+    "step end: of ranks that ended it together, the path begins on the lowest": (
+        {0: [step(0, 500), op("aten::mm", 0, 500)], 1: [step(0, 900), op("aten::mm", 0, 900)],
+         2: [step(0, 900), op("aten::mm", 0, 900)]},
+        1, "step end",
+    ),
+}  # fmt: skip
+
+
 def predicted_from(events: pd.DataFrame, change: tuple) -> float:
     """The median step (ms) ``what_if`` predicts for a run of ``events`` under ``change``."""
     rank, name, factor, *cores = change
     return float(what_if(events, rank=rank, name=name, factor=factor, cores=(cores or [None])[0]).median())  # fmt: skip
 
 
+def path_begins_on(events: pd.DataFrame) -> int | None:
+    """The rank on which ``critical_path`` begins the path of the run's one step (its last
+    segment's); None where it gives no path."""
+    path = critical_path(events)
+    return int(path["rank"].iat[-1]) if len(path) else None
+
+
 @pytest.fixture(scope="module")
 def known_runs(tmp_path_factory) -> dict[str, pd.DataFrame]:
     """Each known answer's run, written as traces and read back once: its events by case."""
     runs = {}
-    for case, (ranks, *_) in KNOWN.items():
+    for case, (ranks, *_) in {**KNOWN, **KNOWN_STARTS}.items():
         folder = tmp_path_factory.mktemp("known")
         for rank, events in ranks.items():
             write_doc(folder / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
@@ -214,17 +239,24 @@ def test_a_what_if_gives_the_answer_worked_out_by_hand(known_runs, case):
     assert predicted_from(known_runs[case], change) == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.parametrize("case", KNOWN_STARTS.keys())
+def test_the_path_begins_on_the_rank_worked_out_by_hand(known_runs, case):
+    assert path_begins_on(known_runs[case]) == KNOWN_STARTS[case][1]
+
+
 def test_the_known_answers_cover_every_kind_of_dependency():
-    assert {kind for *_, kind in KNOWN.values()} == {d.name for d in DEPENDENCIES}
+    known = {**KNOWN, **KNOWN_STARTS}
+    assert {kind for *_, kind in known.values()} == {d.name for d in DEPENDENCIES}
 
 
 @pytest.mark.parametrize("builder", builders.BUILDERS, ids=lambda b: b.build.__name__)
 def test_dropping_any_builder_fails_a_known_answer(known_runs, monkeypatch, builder):
     monkeypatch.setattr(builders, "BUILDERS", tuple(b for b in builders.BUILDERS if b is not builder))  # fmt: skip
-    answers = (
+    answers = [
         predicted_from(known_runs[case], change) == pytest.approx(expected, abs=1e-6)
         for case, (_, change, expected, _) in KNOWN.items()
-    )
+    ]
+    answers += [path_begins_on(known_runs[case]) == rank for case, (_, rank, _) in KNOWN_STARTS.items()]  # fmt: skip
     assert not all(answers), f"without {builder.build.__name__}, every known answer still holds"
 
 

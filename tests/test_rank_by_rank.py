@@ -375,7 +375,7 @@ def test_a_builder_across_ranks_added_to_the_list_builds_both_graphs(tmp_path, m
 
     def both_graphs() -> list:
         whole = lane_intervals(events).graph
-        return [whole, ports_graph(summary.ports, summary.collectives).graph]
+        return [whole, ports_graph(summary.ports, summary.collectives, summary.steps).graph]
 
     before, made = both_graphs(), []
 
@@ -393,5 +393,6 @@ def test_a_builder_across_ranks_added_to_the_list_builds_both_graphs(tmp_path, m
 
 def test_only_the_builders_whose_dependencies_join_ranks_build_the_graph_across_ranks():
     from helpers.analysis.path.builders import BUILDERS, receive_edges, transfer_edges
+    from helpers.analysis.path.step_ends import step_end_edges
 
-    assert [b.build for b in BUILDERS if b.across] == [transfer_edges, receive_edges]
+    assert [b.build for b in BUILDERS if b.across] == [transfer_edges, receive_edges, step_end_edges]  # fmt: skip

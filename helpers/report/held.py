@@ -10,7 +10,8 @@ import pandas as pd
 
 from ..analysis import RunSummary, path_summary, unmatched_collectives, what_if, what_if_checks
 from ..analysis.path.dependencies import DEPENDENCIES, UNTRACED
-from ..analysis.path.lanes import Lanes, findings_said, lane_intervals, lanes_of
+from ..analysis.path.findings import findings_said
+from ..analysis.path.lanes import Lanes, lane_intervals, lanes_of
 from ..analysis.path.walk import kind_said, named_for_fixing, path_of
 from ..drawing import plot_critical_path
 from .cautions import missing_ranks

@@ -8,11 +8,15 @@ what-if, on one dependency graph of the run's moments.
 - ``builders``: the edges of what each interval may have waited for, every candidate, and
   ``gpu_waits``: those of a CPU thread waiting for the GPU and of a stream waiting for another
   (``gpu_work``: the GPU work they read, and the op that launched each kernel);
+- ``step_ends``: a step's end as a node of the graph, and the rank that ended it last, where
+  its path begins;
 - ``graph``: the graph of edges, the last arrival that binds each moment, the replay of the
-  run's times, and what is wrong with a graph (:func:`validate`);
+  run's times, and what is wrong with a graph (:func:`validate`; ``findings``: said in a
+  sentence);
 - ``walk``: the critical path, walked back along the binding edges (:func:`critical_path`);
 - ``replay``: the run re-timed as measured and with some work made shorter (:func:`what_if`);
-- ``by_rank``: the same path for a run too large to load whole, from each rank's part of it.
+- ``rank_part`` and ``from_rank_parts``: the same path for a run too large to load whole, from
+  each rank's part of it.
 """
 
 from .graph import validate

@@ -21,8 +21,10 @@ only on what the interval is (:data:`INTERVAL_KINDS`):
    :func:`cuda_wait_edges`).
 
 A rank's step also ends no sooner than the collectives it ran on gloo's thread in the step
-(:func:`completion_edges`), and a worker lane's event starts no sooner than it was issued, even
-right after the event before it (a bound, lag 0, from :func:`worker_edges`). The graph then adds
+(:func:`completion_edges`), a step ends when the last of its ranks ended it (``step end``,
+:func:`.step_ends.step_end_edges`: through a node of its own), and a worker lane's event starts
+no sooner than it was issued, even right after the event before it (a bound, lag 0, from
+:func:`worker_edges`). The graph then adds
 each interval's edge from its own start (:func:`own_dependencies`: its own time, a worker gap's
 ``queue``, a collective's ``begin``) and its lane's order.
 """
@@ -44,6 +46,7 @@ from .dependencies import (
     QUEUE,
     RECEIVE,
     SEND,
+    STEP_END,
     STREAM_WAIT,
     SYNC,
     TRANSFER,
@@ -55,6 +58,7 @@ from .dependencies import (
 from .gpu_waits import BLOCKING_CALLS, blocked_op_edges, stream_wait_edges, sync_edges
 from .graph import Edges, Graph
 from .interval_arrays import IntervalArrays, first_row, last_rows
+from .step_ends import step_end_edges
 from .wakers import event_ends, find_wakers, main_lane_issuers, worker_event_issuers
 
 __all__ = [
@@ -79,13 +83,21 @@ class LanesAndEvents:
     """What every builder reads: the run's ``lanes`` (:class:`.lanes.Lanes`, before their
     graph), their events ``ev``, their intervals as ``arrays``, the run's ``cuda_sync`` events
     (``syncs``: what a stream or a CPU call waited for, where the trace recorded it), and what
-    each interval is (``kind_of``: one of :data:`INTERVAL_KINDS` per interval)."""
+    each interval is (``kind_of``: one of :data:`INTERVAL_KINDS` per interval); ``hubs``: how
+    many nodes of their own the builders have made so far (:meth:`new_hub`)."""
 
     lanes: Any  # a .lanes.Lanes (which imports this module)
     ev: pd.DataFrame
     arrays: IntervalArrays
     syncs: pd.DataFrame
     kind_of: np.ndarray
+    hubs: int = 0
+
+    def new_hub(self) -> int:
+        """A node of its own, past the intervals' and the hubs made before it
+        (:attr:`.graph.Graph.hubs`: a collective's, a step's end)."""
+        self.hubs += 1
+        return 2 * len(self.arrays.start) + self.hubs - 1
 
     def rows(self, kind: str) -> np.ndarray:
         """The intervals of one kind (:data:`INTERVAL_KINDS`)."""
@@ -164,7 +176,6 @@ def transfer_edges(run: LanesAndEvents) -> list[Edges]:
     arrived by then: an edge from each of their arrivals to its end, its delay after the last of
     them as measured, and no node of its own."""
     lanes, arrays = run.lanes, run.arrays
-    hub = 2 * len(arrays.start)
     source, target, lag = [], [], []
     for instance, arrivals in lanes.arrivals.items():
         rows = np.asarray(arrivals, dtype=np.int64)
@@ -172,10 +183,10 @@ def transfer_edges(run: LanesAndEvents) -> list[Edges]:
         if (ended >= arrived.max()).all():
             transfer = lanes.transfer_us[instance]
             transfer = 0.0 if transfer != transfer else transfer  # no duration known
+            hub = run.new_hub()
             source += [2 * j for j in arrivals] + [hub] * len(arrivals)
             target += [hub] * len(arrivals) + [2 * j + 1 for j in arrivals]
             lag += [0.0] * len(arrivals) + [transfer] * len(arrivals)
-            hub += 1
             continue
         for row, end in zip(rows.tolist(), ended.tolist()):
             came = arrived <= end
@@ -357,4 +368,5 @@ BUILDERS = (
     Builder(cuda_wait_edges, (SYNC,)),
     Builder(blocked_op_edges, (SYNC,)),
     Builder(completion_edges, (COMPLETION,)),
+    Builder(step_end_edges, (STEP_END,)),
 )

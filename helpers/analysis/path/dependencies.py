@@ -25,6 +25,7 @@ __all__ = [
     "UNTRACED",
     "BEGIN",
     "LANE_ORDER",
+    "STEP_END",
     "UNTRACED_NAME",
     "COLLECTIVE_KIND",
     "dependency_names",
@@ -166,12 +167,19 @@ BEGIN = Dependency(11, "begin", None, "a collective ends no sooner than it began
 LANE_ORDER = Dependency(
     12, "lane order", None, "an interval starts where the one before it on its lane ended"
 )
+STEP_END = Dependency(
+    13,
+    "step end",
+    None,
+    "a step ends when the last of its ranks has ended it: where the step's path begins",
+    across=True,
+)
 
 #: The dependencies, one row each, in the order of their codes: the order breaks ties between
 #: edges that arrive together.
 DEPENDENCIES: tuple[Dependency, ...] = (
     TRANSFER, RECEIVE, SEND, WAKE_UP, SYNC, STREAM_WAIT, LAUNCH, COMPLETION, WORK, QUEUE,
-    UNTRACED, BEGIN, LANE_ORDER,
+    UNTRACED, BEGIN, LANE_ORDER, STEP_END,
 )  # fmt: skip
 
 #: The name the path gives a stretch of a lane with no event.

@@ -5,8 +5,10 @@ posting, their waits. :func:`ports_graph` joins every rank's ports with the whol
 across ranks, made by the very builders of the whole run's graph that join ranks
 (:func:`.builders.edges_of`), each port's own edge as the whole run's
 (:func:`.builders.own_dependencies`), and bound by :func:`.graph.binding_edges`, the one rule of
-the last arrival. :func:`path_summary_of_parts` then walks each step back from its last rank's
-end, as :func:`helpers.critical_path` walks the whole run: through a rank's pieces to where they stop,
+the last arrival; each rank's end of a step is a port too, so that the rank that ended it last is
+the binding edge of the step's end (:mod:`.step_ends`), as in the whole run's graph.
+:func:`path_summary_of_parts` then walks each step back from its last rank's end, as
+:func:`helpers.critical_path` walks the whole run: through a rank's pieces to where they stop,
 across the binding edge there to the rank and port it leads to, and on through that port's
 pieces, adding each piece's time per kind and op. A piece the walk enters or leaves at a moment
 within it is cut exactly where that moment falls in its first or last segment; elsewhere the rank
@@ -30,7 +32,8 @@ from .graph import Graph
 from .interval_arrays import IntervalArrays
 from .lanes import Lanes, link_instances
 from .rank_part import CHAIN_COLUMNS, RankAsked
-from .walk import last_to_end, step_windows, summary_table
+from .step_ends import last_to_end
+from .walk import step_windows, summary_table
 
 __all__ = ["PortGraph", "ports_graph", "path_summary_of_parts"]
 
@@ -41,11 +44,13 @@ _NO_PIECES = pd.DataFrame({c: pd.Series(dtype="int64") for c in CHAIN_COLUMNS})
 class PortGraph:
     """The ranks' ports and the graph across ranks: ``ports`` (the ports that are intervals of
     the graph: the collectives matched on every rank, the sends' and receives' waits that are
-    paired, and their ops; one per row, in the graph's order) and ``graph``
-    (:class:`.graph.Graph`)."""
+    paired, and their ops, each rank's step ends; one per row, in the graph's order), ``graph``
+    (:class:`.graph.Graph`) and ``step_ends`` (step -> each rank's port that ended it, as
+    :attr:`.lanes.Lanes.step_ends`)."""
 
     ports: pd.DataFrame
     graph: Graph
+    step_ends: dict[int, list[int]]
 
     def row_of(self, rank: int, port: str, label: int) -> int:
         """The interval of the port of ``rank`` of kind ``port`` whose event is ``label``."""
@@ -60,11 +65,12 @@ class PortGraph:
         self._rows: dict[int, dict[tuple, int]] = {}
 
 
-def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
+def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame) -> PortGraph:  # fmt: skip
     """The graph across ranks of every rank's ``ports`` (:data:`.rank_part.PORT_COLUMNS`), its
     collectives matched on every rank as :func:`helpers.collective_waits` matches the run's
     ``collectives`` (every rank's, as :func:`helpers.summarise_run` keeps them), its sends and
-    receives paired as :func:`helpers.sends_and_receives` pairs them."""
+    receives paired as :func:`helpers.sends_and_receives` pairs them, and each rank's end of
+    each of its ``steps`` (as :func:`helpers.summarise_run` keeps them) a port of no time."""
     with warnings.catch_warnings():  # said once by the run's own collective_waits
         warnings.simplefilter("ignore", UserWarning)
         several = collectives["rank"].nunique() > 1
@@ -78,7 +84,11 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
     records = ops.loc[ops.index.isin(paired)]
     waits = ports[ports["port"] == "wait"].merge(records[["rank", "label"]], on=["rank", "label"])
     ends = ops[ops["port"].isin(["send op", "recv op"])]
-    table = pd.concat([coll, waits, ends], ignore_index=True)
+    by_rank = steps.groupby(["rank", "step"], observed=True)["end_us"].max().reset_index()
+    stepped = by_rank.assign(
+        port="step end", label=-1, key="", index=-1, start_us=by_rank["end_us"]
+    )
+    table = pd.concat([coll, waits, ends, stepped], ignore_index=True)
     intervals = pd.DataFrame({
         "lane_id": np.arange(len(table)), "rank": table["rank"].to_numpy(dtype=np.int64),
         "start_us": table["start_us"].to_numpy(float), "end_us": table["end_us"].to_numpy(float),
@@ -86,15 +96,17 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame) -> PortGraph:
     })  # fmt: skip
     lanes = Lanes(intervals, pd.DataFrame(), pd.DataFrame(), pairs=pairs)
     _link(lanes, table)
+    rows = len(table) - len(stepped) + np.arange(len(stepped))  # rank after rank
+    lanes.step_ends = {int(s): at.tolist() for s, at in pd.Series(rows).groupby(stepped["step"].to_numpy())}  # fmt: skip
     kind_of = np.array([INTERVAL_KINDS.index(_PORT_KINDS[p]) for p in table["port"]], dtype=np.int64)  # fmt: skip
     run = LanesAndEvents(lanes, ops, IntervalArrays.of(intervals), None, kind_of)
     parts = edges_of(run, across_ranks=True)  # the whole run's builders that join ranks
     graph = Graph.of(parts, intervals, own_dependencies(run, parts))
-    return PortGraph(table.reset_index(drop=True), graph)
+    return PortGraph(table.reset_index(drop=True), graph, lanes.step_ends)
 
 
 #: What each kind of port is, to the builders (:data:`.builders.INTERVAL_KINDS`).
-_PORT_KINDS = {"collective": "collective", "wait": "point to point", "send op": "work", "recv op": "work"}  # fmt: skip
+_PORT_KINDS = {"collective": "collective", "wait": "point to point", "send op": "work", "recv op": "work", "step end": "work"}  # fmt: skip
 
 
 def _as_the_run_numbers(coll: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
@@ -170,10 +182,11 @@ def path_summary_of_parts(
     totals: dict[tuple, dict[int, float]] = {}
     if not pieces:  # a pass that kept no path (``critical=False``)
         return _table(totals)
-    windows = [w for w in step_windows(steps) if w[0] not in leave_out]
+    graph = ports_graph(ports, collectives, steps)
+    last = last_to_end(graph.graph, graph.step_ends)
+    windows = [w for w in step_windows(steps) if w[0] not in leave_out and w[0] in last]
     bounds = np.unique([b for _, lo, hi in windows for b in (lo, hi)])
-    last = last_to_end(steps)
-    stringer = _Stringer(pieces, ports, ports_graph(ports, collectives))
+    stringer = _Stringer(pieces, ports, graph)
     for asked_again in (False, True):  # as kept; then with the ranks cut inexactly made again
         totals, stringer.trail = {}, [] if trail is not None else None
         for step, lo, hi in windows:

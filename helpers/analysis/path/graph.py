@@ -14,7 +14,8 @@ waited for, every candidate they find; :meth:`Graph.of` adds the rest:
   its own time (``work``, ``untraced``, ``queue``) or, for a collective, ``begin`` (lag 0);
 - every interval's start has one from the end of the one before it on its lane (``lane order``);
 - a collective goes through a node of its own past the intervals' (a *hub*: every rank's arrival
-  into it, and out of it to every rank's end, :func:`.builders.transfer_edges`);
+  into it, and out of it to every rank's end, :func:`.builders.transfer_edges`), and so does a
+  step's end (every rank's end of the step into it, :mod:`.step_ends`);
 - the edges of a wait (:attr:`~.dependencies.Dependency.waits`) and the wait's own edge all carry
   the wait's *delay*: how long after the last of what it waited for (its own start included) it
   ended, as measured (:func:`wait_delays`). So a wait ends that long after whichever of its
@@ -177,12 +178,13 @@ class Graph:
     @property
     def hubs(self) -> int:
         """How many nodes are past the intervals' (a collective's, that every rank's arrival
-        goes into and every rank's end comes out of)."""
+        goes into and every rank's end comes out of; a step's end, that every rank's end of the
+        step goes into)."""
         return int((self.rank < 0).sum())
 
     def behind(self, nodes: np.ndarray) -> np.ndarray:
         """``nodes``, each hub replaced by the node its binding edge comes from (a collective's
-        last arrival)."""
+        last arrival, the rank that ended a step last)."""
         nodes = np.asarray(nodes)
         hub = nodes >= len(self.time) - self.hubs
         out = nodes.copy()
@@ -314,7 +316,7 @@ def validate(graph: Graph, names: list[str] | None = None) -> pd.DataFrame:
         rows.append(("cycle", ", ".join(kinds), nodes))
     found = pd.DataFrame(rows, columns=["problem", "dependency", "nodes"])
     if names is not None:
-        named = [*names, *["(a collective's hub)"] * graph.hubs]
+        named = [*names, *["(a hub: a collective's or a step's end)"] * graph.hubs]
         found["events"] = [[named[node // 2] if node < 2 * len(names) else named[-1] for node in nodes] for nodes in found["nodes"]]  # fmt: skip
     return found
 

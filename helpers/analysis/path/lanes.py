@@ -43,11 +43,12 @@ from ..intervals import last_open, merge_intervals
 from ..point_to_point import TRANSFER_RECORDS, sends_and_receives, waits_in_records
 from ..windows import window_steps
 from .builders import graph_of
-from .dependencies import DEPENDENCIES
-from .graph import Graph, validate
+from .findings import findings_said
+from .graph import Graph
 from .interval_arrays import event_rows
+from .step_ends import step_end_rows
 
-__all__ = ["Lanes", "lane_intervals", "lanes_of", "findings_said"]
+__all__ = ["Lanes", "lane_intervals", "lanes_of"]
 
 
 @dataclass
@@ -62,8 +63,9 @@ class Lanes:
     of its own); ``held_us``: interval row -> how long its collective held it from its arrival;
     ``instance``: interval row -> the instance number of a collective matched on every rank;
     ``arrivals``: instance -> its interval rows, one per rank; ``transfer_us``: instance -> its
-    shortest time held. ``steps``: each rank's steps (``rank, step,
-    start_us, end_us``). ``pairs``: the sends paired with their receives
+    shortest time held. ``steps``: each rank's steps (``rank, step, start_us, end_us``);
+    ``step_ends``: step -> the interval of each rank's main lane that ended it
+    (:func:`.step_ends.step_end_rows`). ``pairs``: the sends paired with their receives
     (:func:`..point_to_point.sends_and_receives`); ``records``: the labels of the records of
     sends and receives, whose waits are point to point (paired or not). ``events`` and
     ``window``: what they were cut from (:func:`lanes_of` holds a caller to them)."""
@@ -77,6 +79,7 @@ class Lanes:
     transfer_us: dict[int, float] = field(default_factory=dict)
     keys: dict[int, tuple[str, int]] = field(default_factory=dict)
     held_us: dict[int, float] = field(default_factory=dict)
+    step_ends: dict[int, list[int]] = field(default_factory=dict)
     pairs: pd.DataFrame | None = None
     records: np.ndarray | None = None
     events: pd.DataFrame | None = None
@@ -142,6 +145,7 @@ def lane_intervals(
     several = not alone and events["rank"].nunique() > 1
     linked = on_every_rank(spans[~paired_by_guess(spans)]) if several else spans.iloc[:0]
     _link_collectives(result, spans, linked)
+    result.step_ends = step_end_rows(result.intervals, result.steps, result.main_lanes())
     result.graph = graph_of(result, ev, events[(events["cat"] == "cuda_sync").to_numpy()])
     cycles = findings_said(result, ev, "cycle")
     if cycles:
@@ -179,46 +183,6 @@ def _same_events(cut: pd.DataFrame, given: pd.DataFrame) -> bool:
         return cut is given
     hashed = [pd.util.hash_pandas_object(f[columns], index=True).to_numpy() for f in (cut, given)]  # fmt: skip
     return bool(np.array_equal(*hashed))
-
-
-def findings_said(lanes: Lanes, ev: pd.DataFrame, problem: str) -> str | None:
-    """A sentence on what the graph holds that no run can give (:func:`.graph.validate`), of
-    one ``problem``: ``"negative lag"`` (edges whose target came before its source: two lanes'
-    clocks that disagree, a kernel that began before its launch call by the trace's clocks) or
-    ``"cycle"`` (moments that wait, through their edges, for themselves); None where there is
-    none. :func:`lane_intervals` warns of cycles; the report says both among its cautions."""
-    graph = lanes.graph
-    found = validate(graph).query("problem == @problem")
-    if found.empty:
-        return None
-    if problem == "negative lag":
-        codes = {d.name: d.code for d in DEPENDENCIES}
-        said = []
-        for dependency, rows in found.groupby("dependency", sort=True):
-            most = -graph.lag[(graph.lag < 0) & (graph.dependency == codes[dependency])].min()
-            said.append(f"{len(rows)} {dependency} edge(s) by up to {most:.0f} µs")
-        return (
-            f"In the graph of what each moment waited for, {'; '.join(said)} have their target "
-            "before their source: the two lanes' clocks disagree by that much (a GPU's and its "
-            "CPU's may, in a trace, so that a kernel seems to begin before its launch call). "
-            "The critical path follows them as measured."
-        )
-    kinds = sorted({k for d in found["dependency"] for k in d.split(", ")})
-    named = validate(graph, _interval_names(lanes, ev)).query("problem == 'cycle'")
-    events = list(dict.fromkeys(named["events"].iat[0]))[:4]
-    return (
-        f"The graph of what each moment waited for holds {len(found)} cycle(s) of moments that "
-        f"wait, through their edges, for themselves ({', '.join(kinds)}; the first among "
-        f"{', '.join(events)}), which no run can give: those moments and the ones after them "
-        "keep their measured times in the critical path and the what-if. Please report it "
-        "with the traces' first lines."
-    )
-
-
-def _interval_names(lanes: Lanes, ev: pd.DataFrame) -> list[str]:
-    """Each interval's event name, ``(a gap)`` for a gap."""
-    labels = lanes.intervals["event"].to_numpy()
-    return ev["name"].astype(str).reindex(labels).fillna("(a gap)").tolist()
 
 
 def _from_data_ready(ev: pd.DataFrame, matched: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip

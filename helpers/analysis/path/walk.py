@@ -1,7 +1,8 @@
 """What held each step: the chain of work, across the ranks, that decided when each step ended.
 
 :func:`critical_path` walks each step backwards in time, from the moment its last rank ended it
-to the moment its first rank began it, along the lanes of :func:`.lanes.lane_intervals`:
+(the binding edge of the step's end, :mod:`.step_ends`) to the moment its first rank began it,
+along the lanes of :func:`.lanes.lane_intervals`:
 
 - on a thread doing work of its own (an op, a data loader's fetch, the optimizer, untraced
   time between events), that work held the thread: the path takes it and goes on before it;
@@ -50,6 +51,7 @@ from .dependencies import (
 from .gpu_work import launching_ops
 from .graph import INFERRED_SAYS
 from .lanes import Lanes, lanes_of
+from .step_ends import last_to_end
 
 __all__ = [
     "critical_path",
@@ -58,7 +60,6 @@ __all__ = [
     "kind_said",
     "path_of",
     "step_windows",
-    "last_to_end",
     "summary_table",
 ]
 
@@ -120,8 +121,9 @@ SEGMENT = ("step", "lane_id", "label", "start", "end", "reason", "to_rank")
 def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     """:func:`critical_path` from lanes already cut (:func:`.lanes.lane_intervals`)."""
     walker = PathWalker(lanes)
-    last = last_to_end(lanes.steps)
-    rows = [row for step, lo, hi in step_windows(lanes.steps) for row in walker.step(step, last[step], lo, hi)]  # fmt: skip
+    last = last_to_end(lanes.graph, lanes.step_ends)
+    windows = [w for w in step_windows(lanes.steps) if w[0] in last]
+    rows = [row for step, lo, hi in windows for row in walker.step(step, last[step], lo, hi)]
     raw = pd.DataFrame(rows, columns=list(SEGMENT))
     table = lanes.lanes
     lane_id = raw["lane_id"].to_numpy(dtype=np.int64)
@@ -347,14 +349,6 @@ def step_windows(steps: pd.DataFrame) -> list[tuple[int, float, float]]:
         windows.append((int(step), lo, float(hi)))
         previous = float(hi)
     return windows
-
-
-def last_to_end(steps: pd.DataFrame) -> dict[int, int]:
-    """Per step, the rank that ended it last (of equal ends, the lowest rank): where the step's
-    path begins."""
-    ends = steps.groupby(["step", "rank"])["end_us"].max().reset_index()
-    last = ends.loc[ends.groupby("step")["end_us"].idxmax()]
-    return dict(zip(last["step"].astype(int).tolist(), last["rank"].astype(int).tolist()))
 
 
 def named_for_fixing(path: pd.DataFrame) -> pd.DataFrame:
