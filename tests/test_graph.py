@@ -470,6 +470,22 @@ def test_a_tie_goes_to_the_nodes_own_rank():
     assert graph.source[graph.binding[1]] == 0 and graph.source[graph.binding[3]] == 2
 
 
+def test_a_kernel_started_as_the_one_before_it_ended_and_its_launch_returned_is_held_by_its_lane(tmp_path):  # fmt: skip
+    # relu's launch returns at 415, as gemm ends and relu starts: a tie into relu's start that
+    # goes to its lane's order, the step the path takes back from a start (its launch is no wait)
+    ranks = [step(0, 900), launch(0, 10, 1), kernel("gemm", 15, 400, 1), launch(405, 10, 2),
+             kernel("relu", 415, 100, 2), op("cudaDeviceSynchronize", 420, 480, cat="cuda_runtime")]  # fmt: skip
+    write_doc(tmp_path / "rank0.json", trace_doc(ranks))
+    events = load_run(tmp_path, cache=False).events
+    lanes = lane_intervals(events)
+    relu = int(events.index[events["name"] == "relu"][0])
+    (row,) = np.flatnonzero(lanes.intervals["event"].to_numpy() == relu)
+    graph = lanes.graph
+    into = np.flatnonzero(graph.target == 2 * row)
+    assert sorted(DEPENDENCIES[c].name for c in graph.dependency[into]) == ["lane order", "launch"]
+    assert graph.dependency[graph.binding[2 * row]] == LANE_ORDER.code
+
+
 def test_the_replay_keeps_every_constraint_when_the_binding_one_shrinks():
     # interval 2 waits for the ends of 0 (at 10) and 1 (at 8): without 0's work it waits for 1
     graph = _graph([Edges.of([1, 3], [5, 5], WAKE_UP)], [0, 0, 5], [10, 8, 12], [WORK, WORK, UNTRACED])  # fmt: skip

@@ -128,8 +128,13 @@ STREAM_WAIT = Dependency(
     dotted=True,
     names_next=True,
 )
+#: Listed before ``launch``: an event that began as the one before it on its lane ended and as
+#: its issue returned is held by its lane, the step the path takes back from a start.
+LANE_ORDER = Dependency(
+    6, "lane order", None, "an interval starts where the one before it on its lane ended"
+)
 LAUNCH = Dependency(
-    6,
+    7,
     "launch",
     "launch",
     "a worker lane's gap, until its next event was issued",
@@ -138,15 +143,15 @@ LAUNCH = Dependency(
     names_next=True,
 )
 COMPLETION = Dependency(
-    7,
+    8,
     "completion",
     "wake-up",
     "a rank's step, until the collectives it ran on a CPU worker lane in it ended",
     dotted=True,
 )
-WORK = Dependency(8, "work", None, "an event's own time", own_start=True, own_time=True, removable=True)  # fmt: skip
+WORK = Dependency(9, "work", None, "an event's own time", own_start=True, own_time=True, removable=True)  # fmt: skip
 QUEUE = Dependency(
-    9,
+    10,
     "queue",
     "queue",
     "a worker lane's gap behind an event issued earlier: its previous event held it",
@@ -155,7 +160,7 @@ QUEUE = Dependency(
     dotted=True,
 )
 UNTRACED = Dependency(
-    10,
+    11,
     "untraced",
     "untraced",
     "time with no event, that nothing is found to have ended",
@@ -163,10 +168,7 @@ UNTRACED = Dependency(
     own_time=True,
     dotted=True,
 )
-BEGIN = Dependency(11, "begin", None, "a collective ends no sooner than it began", own_start=True)  # fmt: skip
-LANE_ORDER = Dependency(
-    12, "lane order", None, "an interval starts where the one before it on its lane ended"
-)
+BEGIN = Dependency(12, "begin", None, "a collective ends no sooner than it began", own_start=True)  # fmt: skip
 STEP_END = Dependency(
     13,
     "step end",
@@ -178,8 +180,8 @@ STEP_END = Dependency(
 #: The dependencies, one row each, in the order of their codes: the order breaks ties between
 #: edges that arrive together.
 DEPENDENCIES: tuple[Dependency, ...] = (
-    TRANSFER, RECEIVE, SEND, WAKE_UP, SYNC, STREAM_WAIT, LAUNCH, COMPLETION, WORK, QUEUE,
-    UNTRACED, BEGIN, LANE_ORDER, STEP_END,
+    TRANSFER, RECEIVE, SEND, WAKE_UP, SYNC, STREAM_WAIT, LANE_ORDER, LAUNCH, COMPLETION, WORK,
+    QUEUE, UNTRACED, BEGIN, STEP_END,
 )  # fmt: skip
 
 #: The name the path gives a stretch of a lane with no event.
