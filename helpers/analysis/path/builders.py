@@ -32,7 +32,7 @@ each interval's edge from its own start (:func:`own_dependencies`: its own time,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,14 @@ class LanesAndEvents:
     syncs: pd.DataFrame
     kind_of: np.ndarray
     hubs: int = 0
+    _ends: dict | None = field(default=None, init=False, repr=False)
+
+    def event_ends(self) -> dict:
+        """Where each event of the run ends, by rank (:func:`.wakers.event_ends`): made once,
+        for the builders of wake-ups and of syncs alike."""
+        if self._ends is None:
+            self._ends = event_ends(self.arrays, self.ev, self.lanes.lanes["gpu"].to_numpy())
+        return self._ends
 
     def new_hub(self) -> int:
         """A node of its own, past the intervals' and the hubs made before it
@@ -291,7 +299,7 @@ def worker_edges(run: LanesAndEvents) -> list[Edges]:
     into its start, lag 0: what a what-if that removes the event before must meet)."""
     lanes, arrays = run.lanes, run.arrays
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
-    issuers = worker_event_issuers(run.ev, lanes.intervals)
+    issuers = worker_event_issuers(run.ev, lanes.intervals, arrays)
     ev = run.ev
     kinds = ev["cat"].isin(GPU_CATEGORIES).to_numpy() | name_matches(ev, COLLECTIVE_SPANS)
     issued = worker & np.isin(arrays.event, ev.index[kinds])
@@ -326,10 +334,8 @@ def wake_edges(run: LanesAndEvents) -> list[Edges]:
     rows = rows[~np.isin(run.arrays.event[rows], run.ev.index[name_matches(run.ev, BLOCKING_CALLS)])]  # fmt: skip
     if not len(rows):
         return []
-    lanes, arrays = run.lanes, run.arrays
-    ends = event_ends(lanes.intervals, run.ev, lanes.lanes["gpu"].to_numpy())
     waits = np.isin(run.kind_of, [INTERVAL_KINDS.index("worker wait"), INTERVAL_KINDS.index("thread wait")])  # fmt: skip
-    wakers = find_wakers(arrays, rows, ends, np.zeros(len(rows), dtype=bool), waits)
+    wakers = find_wakers(run.arrays, rows, run.event_ends(), np.zeros(len(rows), dtype=bool), waits)  # fmt: skip
     woken = wakers >= 0
     return [Edges.of(2 * wakers[woken] + 1, 2 * rows[woken] + 1, WAKE_UP)]
 

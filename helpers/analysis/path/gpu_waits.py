@@ -49,7 +49,7 @@ from .dependencies import STREAM_WAIT, SYNC
 from .gpu_work import FoundEdges, GpuWork, records_by_call, runtime_calls
 from .graph import EXACT, FROM_CALLS, FROM_TIMING, Edges
 from .interval_arrays import first_row
-from .wakers import WAKE_TOLERANCE_US, event_ends, find_wakers
+from .wakers import WAKE_TOLERANCE_US, find_wakers
 
 __all__ = [
     "sync_edges",
@@ -133,8 +133,7 @@ def sync_edges(run, rows: np.ndarray) -> list[Edges]:
     edges = found.edges(SYNC)
     if left:
         left = np.asarray(left, dtype=np.int64)
-        ends = event_ends(run.lanes.intervals, run.ev, run.lanes.lanes["gpu"].to_numpy())
-        wakers = find_wakers(arrays, left, ends, np.ones(len(left), dtype=bool))
+        wakers = find_wakers(arrays, left, run.event_ends(), np.ones(len(left), dtype=bool))
         edges.append(Edges.of(2 * wakers[wakers >= 0] + 1, 2 * left[wakers >= 0] + 1, SYNC))
     return edges
 

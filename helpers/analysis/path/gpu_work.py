@@ -114,20 +114,19 @@ class FoundEdges:
         return [Edges.of(*st, dependency, lag, inferred=how) for how, st in self.found.items()]
 
 
-def launching_ops(ev: pd.DataFrame, annotations: bool = False) -> pd.Series:
-    """Per GPU event of ``ev`` whose launch is in the trace (indexed by its label), the name of
-    the op that launched it: the innermost event on its launch call's thread that encloses the
-    call and is no CUDA runtime call (an ``aten::`` op, a ``record_function`` annotation), or,
-    with ``annotations``, the innermost ``record_function`` annotation (``slow_op``; not a
-    step, a collective, the optimizer's), where one encloses it; missing where none does."""
+def launching_ops(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU event of ``ev`` whose launch is in the trace (indexed by its label), what launched
+    it, each looked up from its launch call once: ``launched_by``, the innermost event on the
+    call's thread that encloses the call and is no CUDA runtime call (an ``aten::`` op, a
+    ``record_function`` annotation), and ``launched_within``, the innermost ``record_function``
+    annotation (``slow_op``; not a step, a collective, the optimizer's); ``""`` where none
+    does."""
+    columns = ["launched_by", "launched_within"]
     work = launched_on_a_gpu(ev)
     if work.empty:
-        return pd.Series(dtype=object)
+        return pd.DataFrame(columns=columns, dtype=object)
     runtime = (ev["kind"] == "cuda runtime").to_numpy()
-    keep = ~runtime & ~ev["kind"].isin(NOT_WORK_KINDS).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
-    if annotations:
-        keep &= (ev["kind"] == "annotation").to_numpy()
-    ops = ev[keep]
+    ops = ~runtime & ~ev["kind"].isin(NOT_WORK_KINDS).to_numpy() & ~ev["cat"].isin(_GPU).to_numpy()  # fmt: skip
     labels = launch_calls(work, ev)
     known = labels >= 0
     call = ev.loc[labels[known]]
@@ -140,6 +139,15 @@ def launching_ops(ev: pd.DataFrame, annotations: bool = False) -> pd.Series:
             "start": work["launch_us"].to_numpy(dtype=float)[known],
         }
     )
+    annotation = (ev["kind"] == "annotation").to_numpy()
+    found = {c: _innermost(ev[keep], queries) for c, keep in zip(columns, (ops, ops & annotation))}
+    return pd.DataFrame(found, index=work.index[known]).fillna("")
+
+
+def _innermost(ops: pd.DataFrame, queries: pd.DataFrame) -> pd.Series:
+    """Per launch of ``queries`` (``label, rank, lane, start, end`` of its call), the name of
+    the innermost of ``ops`` on the call's thread that encloses the call, by label; missing
+    where none does."""
     found = []
     for (rank, lane), asked in queries.groupby(["rank", "lane"]):
         mine = ops[(ops["rank"] == rank).to_numpy() & (ops["lane"].astype(str) == lane).to_numpy()]

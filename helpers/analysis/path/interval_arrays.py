@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["IntervalArrays", "event_rows", "first_row", "last_rows"]
+__all__ = ["IntervalArrays", "event_rows", "first_row", "last_rows", "every_last_row"]
 
 
 @dataclass
@@ -22,8 +22,8 @@ class IntervalArrays:
     event: np.ndarray
 
     #: the index of each event's last interval row: the events' labels, sorted, and their
-    #: rows (made the first time :func:`last_rows` is asked, once for all the builders; the
-    #: arrays are not to be written once it is made)
+    #: rows (made the first time :func:`last_rows` or :func:`every_last_row` is asked, once
+    #: for all the builders; the arrays are not to be written once it is made)
     last_index: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)  # fmt: skip
 
     @classmethod
@@ -45,14 +45,24 @@ def first_row(arrays: IntervalArrays, row: int) -> int:
 
 
 def last_rows(arrays: IntervalArrays, events: np.ndarray) -> np.ndarray:
-    """The last interval row of each of ``events`` (labels, 0 or more); -1 for an event
-    without one."""
-    if arrays.last_index is None:
-        at = np.flatnonzero(arrays.event >= 0)[::-1]  # read backwards: the last first
-        labels, first = np.unique(arrays.event[at], return_index=True)
-        arrays.last_index = (labels, at[first])
-    labels, rows = arrays.last_index
+    """The last interval row of each of ``events`` (labels); -1 for an event without one (a
+    label below 0, no event, included)."""
+    labels, rows = _last_index(arrays)
     if not len(labels):
         return np.full(len(events), -1, dtype=np.int64)
     where = np.minimum(np.searchsorted(labels, events), len(labels) - 1)
     return np.where(labels[where] == events, rows[where], -1).astype(np.int64)
+
+
+def every_last_row(arrays: IntervalArrays) -> np.ndarray:
+    """Every event's last interval row, in the intervals' order."""
+    return np.sort(_last_index(arrays)[1])
+
+
+def _last_index(arrays: IntervalArrays) -> tuple[np.ndarray, np.ndarray]:
+    """:attr:`IntervalArrays.last_index`, made the first time it is asked for."""
+    if arrays.last_index is None:
+        at = np.flatnonzero(arrays.event >= 0)[::-1]  # read backwards: the last first
+        labels, first = np.unique(arrays.event[at], return_index=True)
+        arrays.last_index = (labels, at[first])
+    return arrays.last_index

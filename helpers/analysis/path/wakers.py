@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ...traces.kinds import COLLECTIVE_SPANS, GPU_CATEGORIES, name_matches
-from .interval_arrays import IntervalArrays, event_rows
+from .interval_arrays import IntervalArrays, every_last_row, last_rows
 
 __all__ = ["WAKE_TOLERANCE_US", "LONG_WAIT_SHARE"]
 
@@ -24,28 +24,23 @@ WAKE_TOLERANCE_US = 3000.0
 LONG_WAIT_SHARE = 0.03
 
 
-def event_ends(iv: pd.DataFrame, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
+def event_ends(arrays: IntervalArrays, ev: pd.DataFrame, gpu_lane: np.ndarray) -> dict:
     """Per rank, each event's last interval (where the event ends), sorted by its end (ties in
     the intervals' order):
     ``(ends, rows, lane_ids, on_a_gpu_lane, the event's start, its launch)`` (the launch: NaN
     for an event not launched from the CPU)."""
-    last = event_rows(iv, "last")
-    labels = last["event"].to_numpy()
-    last = last.assign(
-        began=ev["start_us"].reindex(labels).to_numpy(),
-        launched=ev["launch_us"].reindex(labels).to_numpy(),
-    )
-    return {
-        rank: (
-            g["end_us"].to_numpy(),
-            g.index.to_numpy(),
-            g["lane_id"].to_numpy(),
-            gpu_lane[g["lane_id"].to_numpy()],
-            g["began"].to_numpy(),
-            g["launched"].to_numpy(),
-        )  # fmt: skip
-        for rank, g in last.sort_values("end_us", kind="stable").groupby("rank")
-    }
+    rows = every_last_row(arrays)
+    labels = arrays.event[rows]
+    began = ev["start_us"].reindex(labels).to_numpy()
+    launched = ev["launch_us"].reindex(labels).to_numpy()
+    order = np.argsort(arrays.end[rows], kind="stable")
+    rank = arrays.rank[rows][order]
+    found = {}
+    for r in np.unique(rank).tolist():
+        at = order[rank == r]
+        lane = arrays.lane[rows[at]]
+        found[r] = (arrays.end[rows[at]], rows[at], lane, gpu_lane[lane], began[at], launched[at])
+    return found
 
 
 #: The most (waiting interval, candidate waker) pairs :func:`find_wakers` looks at in one go.
@@ -117,34 +112,31 @@ def launch_calls(work: pd.DataFrame, among: pd.DataFrame) -> np.ndarray:
     return np.array([call.get(k, -1) for k in keys], dtype=np.int64)
 
 
-def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame) -> dict[int, int]:
+def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame, arrays: IntervalArrays) -> dict[int, int]:  # fmt: skip
     """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
     CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
-    call that began before it on its rank (the row of the issuer's last interval)."""
-    last = event_rows(iv, "last")
-    row_of = pd.Series(last.index.to_numpy(), index=last["event"].to_numpy())
-    found: dict[int, int] = {}
+    call that began before it on its rank (the row of the issuer's last interval, by the
+    intervals' index, :func:`.interval_arrays.last_rows`; ``iv`` and ``arrays``: the same
+    intervals, as a table and as arrays)."""
     gpu = launched_on_a_gpu(ev)
-    no_interval = {}
-    for label, issuer in zip(gpu.index, launch_calls(gpu, ev).tolist()):
-        if issuer in row_of.index:
-            found[label] = int(row_of[issuer])
-        elif issuer >= 0:  # a call of no length (old traces count whole µs): no interval
-            no_interval[label] = issuer
-    found.update(_holding(iv, row_of, ev, no_interval))
+    calls = launch_calls(gpu, ev)
+    rows = last_rows(arrays, calls)
+    found = dict(zip(gpu.index[rows >= 0].tolist(), rows[rows >= 0].tolist()))
+    # a call of no length (old traces count whole µs): no interval
+    no_interval = dict(zip(gpu.index[(rows < 0) & (calls >= 0)].tolist(), calls[(rows < 0) & (calls >= 0)].tolist()))  # fmt: skip
+    found.update(_holding(iv, arrays, ev, no_interval))
     calls = ev[name_matches(ev, r"^c10d::")]
     spans = ev[name_matches(ev, COLLECTIVE_SPANS)]
     for rank, mine in spans.groupby("rank"):
         theirs = calls[(calls["rank"] == rank).to_numpy()].sort_values("start_us")
         at = np.searchsorted(theirs["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right")
         issuer = np.where(at > 0, theirs.index.to_numpy()[np.maximum(at - 1, 0)] if len(theirs) else -1, -1)  # fmt: skip
-        rows = row_of.reindex(issuer).to_numpy()
-        kept = (issuer >= 0) & ~np.isnan(rows.astype(float))
-        found.update(zip(mine.index[kept].tolist(), rows[kept].astype(np.int64).tolist()))
+        rows = last_rows(arrays, issuer.astype(np.int64))
+        found.update(zip(mine.index[rows >= 0].tolist(), rows[rows >= 0].tolist()))
     return found
 
 
-def _holding(iv: pd.DataFrame, row_of: pd.Series, ev: pd.DataFrame, calls: dict[int, int]) -> dict[int, int]:  # fmt: skip
+def _holding(iv: pd.DataFrame, arrays: IntervalArrays, ev: pd.DataFrame, calls: dict[int, int]) -> dict[int, int]:  # fmt: skip
     """For launch ``calls`` that have no interval of their own (``{event: call}``), the interval
     of the call's thread that holds the moment it was made (the op around it), where its
     thread has intervals (found from another event of that rank and lane)."""
@@ -154,10 +146,11 @@ def _holding(iv: pd.DataFrame, row_of: pd.Series, ev: pd.DataFrame, calls: dict[
     made = ev.loc[list(calls.values()), ["rank", "lane", "start_us"]].assign(event=list(calls))
     for (rank, lane), mine in made.groupby(["rank", "lane"], observed=True):
         near = ev.index[(ev["rank"] == rank).to_numpy() & (ev["lane"] == lane).to_numpy()]
-        known = row_of.reindex(near).dropna()
-        if known.empty:
+        known = last_rows(arrays, near.to_numpy(np.int64))
+        known = known[known >= 0]
+        if not len(known):
             continue
-        on_lane = iv[(iv["lane_id"] == iv.at[int(known.iloc[0]), "lane_id"]).to_numpy()]
+        on_lane = iv[(iv["lane_id"] == arrays.lane[known[0]]).to_numpy()]
         at = np.searchsorted(on_lane["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right") - 1  # fmt: skip
         held = at >= 0
         found.update(zip(mine["event"].to_numpy()[held].tolist(), on_lane.index[at[held]].tolist()))

@@ -131,6 +131,7 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     code = {d.name: i for i, d in enumerate(DEPENDENCIES)}
     codes = np.array([code[r] for r in reason], dtype=np.int64)
     kinds, names = segment_names(events, raw["label"].to_numpy(), codes)
+    launched = launching_ops(events).reindex(raw["label"]).fillna("")
     path = pd.DataFrame(
         {
             "step": raw["step"].astype(int),
@@ -144,11 +145,8 @@ def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
             "reason": reason,
             "to_rank": raw["to_rank"].astype("Int64"),
             "waited_for": _waited_for(walker, raw, event_names(events)),
-            "launched_by": launching_ops(events).reindex(raw["label"]).fillna("").to_numpy(),
-            "launched_within": launching_ops(events, annotations=True)
-            .reindex(raw["label"])
-            .fillna("")
-            .to_numpy(),
+            "launched_by": launched["launched_by"].to_numpy(),
+            "launched_within": launched["launched_within"].to_numpy(),
         }
     )
     return path[_COLUMNS]
