@@ -627,6 +627,7 @@ def test_a_cycle_in_the_graph_of_a_run_reaches_the_report_as_a_caution(tmp_path,
     said = build_report(small_run(tmp_path)).section("What the traces cannot tell").text
     assert "holds 1 cycle(s) of moments that wait, through their edges, for themselves" in said
     assert "(wake-up; the first among" in said and "keep their measured times" in said
+    assert "A wake-up edge is a thread's wait, until what it waited for on another lane ended." in said  # fmt: skip
 
 
 def test_a_report_cuts_a_runs_lanes_once(tmp_path, monkeypatch):
@@ -648,3 +649,4 @@ def test_kernels_that_began_before_their_launch_reach_the_report_with_how_far(re
     report = build_report(real_traces / "nccl-jobs" / "torchrec-a2a-optimizer")
     said = report.section("What the traces cannot tell").text
     assert "276 launch edge(s) by up to 40 µs have their target before their source" in said
+    assert "A launch edge is a worker lane's gap, until its next event was issued." in said

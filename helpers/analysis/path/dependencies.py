@@ -50,7 +50,8 @@ class Dependency:
         wait's, after the last of what it waited for ended (:func:`.graph.wait_delays`).
     removable: a what-if can remove it by naming its event: the report offers it as a fix.
     dotted: the figure draws it dotted (time that is no work of the rank's own).
-    means: what it is, in words.
+    means: what it is, in words (the report's cautions say it of the edges they name: "A
+        launch edge is ...").
     names_next: its segment is named after the event that starts after the gap (a launch:
         the kernel launched), not the gap.
     collective: it ends when the last of several ranks arrived: the path takes the transfer,
@@ -131,7 +132,7 @@ STREAM_WAIT = Dependency(
 #: Listed before ``launch``: an event that began as the one before it on its lane ended and as
 #: its issue returned is held by its lane, the step the path takes back from a start.
 LANE_ORDER = Dependency(
-    6, "lane order", None, "an interval starts where the one before it on its lane ended"
+    6, "lane order", None, "an interval's start, where the one before it on its lane ended"
 )
 LAUNCH = Dependency(
     7,
@@ -168,12 +169,12 @@ UNTRACED = Dependency(
     own_time=True,
     dotted=True,
 )
-BEGIN = Dependency(12, "begin", None, "a collective ends no sooner than it began", own_start=True)  # fmt: skip
+BEGIN = Dependency(12, "begin", None, "a collective's end, no sooner than it began", own_start=True)  # fmt: skip
 STEP_END = Dependency(
     13,
     "step end",
     None,
-    "a step ends when the last of its ranks has ended it: where the step's path begins",
+    "a step's end, when the last of its ranks has ended it (where the step's path begins)",
     across=True,
 )
 

@@ -33,7 +33,7 @@ def findings_said(lanes, ev: pd.DataFrame, problem: str) -> str | None:
             f"In the graph of what each moment waited for, {'; '.join(said)} have their target "
             "before their source: the two lanes' clocks disagree by that much (a GPU's and its "
             "CPU's may, in a trace, so that a kernel seems to begin before its launch call). "
-            "The critical path follows them as measured."
+            "The critical path follows them as measured." + _meanings(found["dependency"])
         )
     kinds = sorted({k for d in found["dependency"] for k in d.split(", ")})
     named = validate(graph, _interval_names(lanes, ev)).query("problem == 'cycle'")
@@ -43,8 +43,15 @@ def findings_said(lanes, ev: pd.DataFrame, problem: str) -> str | None:
         f"wait, through their edges, for themselves ({', '.join(kinds)}; the first among "
         f"{', '.join(events)}), which no run can give: those moments and the ones after them "
         "keep their measured times in the critical path and the what-if. Please report it "
-        "with the traces' first lines."
+        "with the traces' first lines." + _meanings(kinds)
     )
+
+
+def _meanings(names) -> str:
+    """What each kind of edge of ``names`` is, in words (:attr:`.dependencies.Dependency.means`),
+    a sentence each, in the order of the names, each once."""
+    means = {d.name: d.means for d in DEPENDENCIES}
+    return "".join(f" {'An' if name[0] in 'aeiou' else 'A'} {name} edge is {means[name]}." for name in dict.fromkeys(names))  # fmt: skip
 
 
 def _interval_names(lanes, ev: pd.DataFrame) -> list[str]:
