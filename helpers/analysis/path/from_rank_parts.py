@@ -314,10 +314,9 @@ class _Stringer:
             what = pieces.key_of[port[1]] if port[0] == "collective" else port[1]
             walk = pieces.walk_at.get((origin, what), -1)
             return (rank, walk, self._begin_at(rank, walk, start)), start
-        source = int(graph.graph.behind(graph.graph.source[[edge]])[0])
-        there = t if graph.graph.during[edge] else float(graph.graph.time[source])
-        begin = min(there, t)
-        j = source // 2
+        sources, times = graph.graph.came_from([edge])  # as the whole run's walk steps back
+        begin = min(float(times[0]), t)
+        j = int(sources[0]) // 2
         other = int(graph.ports["rank"].iat[j])
         self._put(totals, (other, COLLECTIVE_KIND, name), step, t - max(begin, lo))
         kind, label = graph.ports["port"].iat[j], int(graph.ports["label"].iat[j])
@@ -342,7 +341,7 @@ class _Stringer:
         graph = self.graph.graph
         if not graph.during[edge]:
             return False
-        j = int(graph.behind(graph.source[[edge]])[0]) // 2
+        j = int(graph.came_from([edge])[0][0]) // 2
         ports = self.graph.ports
         return bool(ports["rank"].iat[j] == ports["rank"].iat[row] and ports["lane"].iat[j] == ports["lane"].iat[row])  # fmt: skip
 

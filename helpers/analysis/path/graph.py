@@ -182,6 +182,16 @@ class Graph:
         step goes into)."""
         return int((self.rank < 0).sum())
 
+    def came_from(self, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where a walk back along each of ``edges`` (binding edges) goes on: the node the edge
+        comes from (a hub's last arrival, :meth:`behind`), and when: that node's time, or, for
+        an edge issued *during* its source's interval (a call still under way), its target's
+        time, at which the walk enters the call. The whole run's walk and the path strung rank
+        by rank both step back so."""
+        edges = np.asarray(edges, dtype=np.int64)
+        source = self.behind(self.source[edges])
+        return source, np.where(self.during[edges], self.time[self.target[edges]], self.time[source])  # fmt: skip
+
     def behind(self, nodes: np.ndarray) -> np.ndarray:
         """``nodes``, each hub replaced by the node its binding edge comes from (a collective's
         last arrival, the rank that ended a step last)."""

@@ -221,15 +221,14 @@ class PathWalker:
         #: the same as arrays, for the walks that read many rows at once
         self.arrays = {"start": iv["start_us"].to_numpy(), "label": iv["event"].to_numpy()}
         self.arrays["dependency"] = dependency
-        source = graph.behind(graph.source[binding])  # the node it waited for (a last arrival)
-        # when that node happened; where it is the start of a call still under way when the
-        # interval ended (an issue inside the call, a copy that began before its call
-        # returned), the path goes on in that call at the interval's end
-        under_way = graph.during[binding]
+        # the node it waited for (a last arrival) and when the walk goes on there: where it is
+        # the start of a call still under way when the interval ended (an issue inside the
+        # call, a copy that began before its call returned), in that call at the interval's end
+        source, source_time = graph.came_from(binding)
         #: per interval, whether its end was issued by a call still under way: the walk then
         #: enters that call before its end (``issued_inside``: it just did)
-        self.under_way, self.issued_inside = under_way.tolist(), False
-        self.source_time = np.where(under_way, graph.time[1 : 2 * n : 2], graph.time[source]).tolist()  # fmt: skip
+        self.under_way, self.issued_inside = graph.during[binding].tolist(), False
+        self.source_time = source_time.tolist()
         self.source = (source // 2).tolist()  # the interval of that node
         self.inferred = graph.inferred[binding].tolist()
         self.lane_of = lane_ids.tolist()
