@@ -27,6 +27,7 @@ from helpers.analysis.path.dependencies import (
 )
 from helpers.analysis.path.graph import Edges, Graph, replayed_times, validate
 from helpers.analysis.path.lanes import _flatten, lane_intervals
+from helpers.analysis.path.step_ends import last_to_end
 from helpers.traces import load_run
 
 MAIN, GLOO, STREAM = 1, 2, 7  # the main thread, gloo's thread, a GPU stream
@@ -424,7 +425,7 @@ def test_the_path_crosses_a_stream_wait_to_the_rank_whose_kernel_held_the_collec
 def test_every_interval_ends_after_its_own_start_and_starts_where_the_one_before_ended(tmp_path):
     write_doc(tmp_path / "rank0.json", trace_doc([step(0, 1000), op("aten::mm", 100, 300)]))
     graph = lane_intervals(load_run(tmp_path, cache=False).events).graph
-    n = len(graph.time) // 2
+    n = graph.intervals
     own = [d.code for d in DEPENDENCIES if d.own_start]
     from_own_start = np.isin(graph.dependency, own) & (graph.source == graph.target - 1)
     assert sorted(graph.target[from_own_start].tolist()) == [2 * i + 1 for i in range(n)]
@@ -484,6 +485,32 @@ def test_a_kernel_started_as_the_one_before_it_ended_and_its_launch_returned_is_
     into = np.flatnonzero(graph.target == 2 * row)
     assert sorted(DEPENDENCIES[c].name for c in graph.dependency[into]) == ["lane order", "launch"]
     assert graph.dependency[graph.binding[2 * row]] == LANE_ORDER.code
+
+
+def test_a_rank_that_ended_two_steps_at_one_moment_is_each_steps_own_last_or_not(tmp_path):
+    # nested windows: rank 0 ends both at 1000 with one interval; rank 1 ends them at 1200 and
+    # 400: rank 1 ended step 0 last, rank 0 step 1
+    it = "iteration"
+
+    def window(ts, dur):
+        return op(it, ts, dur, cat="user_annotation")
+
+    ranks = {
+        0: [window(0, 1000), window(500, 500), op("aten::mm", 0, 1000)],
+        1: [window(0, 1200), window(100, 300), op("aten::mm", 0, 1200)],
+    }
+    for rank, events in ranks.items():
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=2))
+    lanes = lane_intervals(load_run(tmp_path, cache=False).events, window=it)
+    assert lanes.step_ends[0][0] == lanes.step_ends[1][0]  # rank 0's one interval ended both
+    assert last_to_end(lanes.graph, lanes.step_ends, [0, 1]) == {0: 1, 1: 0}
+
+
+def test_a_step_whose_end_is_no_node_of_the_graph_is_an_error_naming_it(tmp_path):
+    write_doc(tmp_path / "rank0.json", trace_doc([step(0, 1000), op("aten::mm", 0, 1000)]))
+    lanes = lane_intervals(load_run(tmp_path, cache=False).events)
+    with pytest.raises(ValueError, match=r"step\(s\) \[7\]: no end of theirs is a node"):
+        last_to_end(lanes.graph, lanes.step_ends, [1, 7])
 
 
 def test_the_replay_keeps_every_constraint_when_the_binding_one_shrinks():

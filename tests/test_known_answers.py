@@ -216,8 +216,11 @@ def predicted_from(events: pd.DataFrame, change: tuple) -> float:
 
 def path_begins_on(events: pd.DataFrame) -> int | None:
     """The rank on which ``critical_path`` begins the path of the run's one step (its last
-    segment's); None where it gives no path."""
-    path = critical_path(events)
+    segment's); None where it finds none."""
+    try:
+        path = critical_path(events)
+    except ValueError:  # the step's end is no node of the graph
+        return None
     return int(path["rank"].iat[-1]) if len(path) else None
 
 

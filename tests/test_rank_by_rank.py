@@ -329,6 +329,20 @@ def test_a_rank_that_began_the_first_step_later_is_walked_through_what_came_befo
     _same_path(tmp_path)
 
 
+def test_the_path_strung_rank_by_rank_begins_a_step_two_ranks_ended_together_as_the_whole_runs(tmp_path):  # fmt: skip
+    from test_known_answers import KNOWN_STARTS
+
+    from conftest import trace_doc, write_doc
+
+    ranks, first, _ = KNOWN_STARTS["step end: of ranks that ended it together, the path begins on the lowest"]  # fmt: skip
+    for rank, events in ranks.items():
+        write_doc(tmp_path / f"rank{rank}.json", trace_doc(events, rank=rank, world=len(ranks)))
+    _same_path(tmp_path)  # ranks 1 and 2 tie: the stretches of one are not the other's
+    trail: list[tuple] = []
+    summarise_run(tmp_path, workers=1, cache=False, progress=False).path_summary(trail=trail)
+    assert trail[0][1] == first
+
+
 @pytest.mark.parametrize("where", quick_sample([pytest.param(w, id=k) for k, w in REAL_RUNS.items()], real_trace_family))  # fmt: skip
 def test_the_path_of_real_traces_strung_rank_by_rank_is_their_whole_path(real_traces, where):
     _same_path(real_traces / where)

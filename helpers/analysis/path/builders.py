@@ -271,21 +271,17 @@ def completion_edges(run: LanesAndEvents) -> list[Edges]:
     collectives = run.rows("collective")
     gpu = lanes.lanes["gpu"].to_numpy()
     collectives = collectives[~gpu[arrays.lane[collectives]]]
-    main = lanes.main_lanes()
+    # each rank's end of each step: its main lane's interval there (:mod:`.step_ends`)
+    ended = {(int(arrays.rank[r]), step): r for step, rows in lanes.step_ends.items() for r in rows}
     source, target = [], []
-    for rank, steps in lanes.steps.groupby("rank"):
-        lane = main.get(rank)
+    for rank, step, begin, end in lanes.steps[["rank", "step", "start_us", "end_us"]].itertuples(index=False):  # fmt: skip
+        last = ended.get((int(rank), int(step)), -1)
         mine = collectives[arrays.rank[collectives] == rank]
-        if lane is None or not len(mine):
+        if last < 0 or arrays.end[last] != end or not len(mine):
             continue
-        on_lane = np.flatnonzero(arrays.lane == lane)
-        ends = arrays.end[on_lane]
-        for begin, end in zip(steps["start_us"], steps["end_us"]):
-            last = on_lane[np.searchsorted(ends, end) : np.searchsorted(ends, end, side="right")]
-            inside = mine[(arrays.start[mine] >= begin) & (arrays.start[mine] < end) & (arrays.end[mine] <= end)]  # fmt: skip
-            if len(last) and len(inside):
-                source += (2 * inside + 1).tolist()
-                target += [2 * int(last[-1]) + 1] * len(inside)
+        inside = mine[(arrays.start[mine] >= begin) & (arrays.start[mine] < end) & (arrays.end[mine] <= end)]  # fmt: skip
+        source += (2 * inside + 1).tolist()
+        target += [2 * last + 1] * len(inside)
     return [Edges.of(source, target, COMPLETION, 0.0)]
 
 
@@ -299,7 +295,7 @@ def worker_edges(run: LanesAndEvents) -> list[Edges]:
     into its start, lag 0: what a what-if that removes the event before must meet)."""
     lanes, arrays = run.lanes, run.arrays
     worker = lanes.lanes["worker"].to_numpy()[arrays.lane]
-    issuers = worker_event_issuers(run.ev, lanes.intervals, arrays)
+    issuers = worker_event_issuers(run.ev, arrays)
     ev = run.ev
     kinds = ev["cat"].isin(GPU_CATEGORIES).to_numpy() | name_matches(ev, COLLECTIVE_SPANS)
     issued = worker & np.isin(arrays.event, ev.index[kinds])

@@ -119,8 +119,14 @@ SYNC = Dependency(
     waits=True,
     dotted=True,
 )
+#: Listed before ``stream wait`` and ``launch``, the other edges into a start: an event that
+#: began as the one before it on its lane ended and as what it waited for ended is held by its
+#: lane, the step the path takes back from a start.
+LANE_ORDER = Dependency(
+    5, "lane order", None, "an interval's start, where the one before it on its lane ended"
+)
 STREAM_WAIT = Dependency(
-    5,
+    6,
     "stream wait",
     "stream wait",
     "a GPU stream's gap, until the work on another stream it was made to wait for (a CUDA "
@@ -128,11 +134,6 @@ STREAM_WAIT = Dependency(
     waits=True,
     dotted=True,
     names_next=True,
-)
-#: Listed before ``launch``: an event that began as the one before it on its lane ended and as
-#: its issue returned is held by its lane, the step the path takes back from a start.
-LANE_ORDER = Dependency(
-    6, "lane order", None, "an interval's start, where the one before it on its lane ended"
 )
 LAUNCH = Dependency(
     7,
@@ -181,7 +182,7 @@ STEP_END = Dependency(
 #: The dependencies, one row each, in the order of their codes: the order breaks ties between
 #: edges that arrive together.
 DEPENDENCIES: tuple[Dependency, ...] = (
-    TRANSFER, RECEIVE, SEND, WAKE_UP, SYNC, STREAM_WAIT, LANE_ORDER, LAUNCH, COMPLETION, WORK,
+    TRANSFER, RECEIVE, SEND, WAKE_UP, SYNC, LANE_ORDER, STREAM_WAIT, LAUNCH, COMPLETION, WORK,
     QUEUE, UNTRACED, BEGIN, STEP_END,
 )  # fmt: skip
 

@@ -86,7 +86,7 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     ends = ops[ops["port"].isin(["send op", "recv op"])]
     by_rank = steps.groupby(["rank", "step"], observed=True)["end_us"].max().reset_index()
     stepped = by_rank.assign(
-        port="step end", label=-1, key="", index=-1, start_us=by_rank["end_us"]
+        port="end of step", label=-1, key="", index=-1, start_us=by_rank["end_us"]
     )
     table = pd.concat([coll, waits, ends, stepped], ignore_index=True)
     intervals = pd.DataFrame({
@@ -106,7 +106,7 @@ def ports_graph(ports: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
 
 
 #: What each kind of port is, to the builders (:data:`.builders.INTERVAL_KINDS`).
-_PORT_KINDS = {"collective": "collective", "wait": "point to point", "send op": "work", "recv op": "work", "step end": "work"}  # fmt: skip
+_PORT_KINDS = {"collective": "collective", "wait": "point to point", "send op": "work", "recv op": "work", "end of step": "work"}  # fmt: skip
 
 
 def _as_the_run_numbers(coll: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
@@ -136,7 +136,8 @@ def _instances(frame: pd.DataFrame) -> pd.MultiIndex:
 
 def _event_labels(table: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Each port interval's event, as the pairs name them (the rows of ``ops``: a wait is its
-    record's, an op its own), or a label of its own past them (a collective)."""
+    record's, an op its own), a label of its own past them (a collective), or -1 (a rank's end
+    of a step: no event, its own edge of no time ``untraced``)."""
     of = pd.MultiIndex.from_arrays([ops[c].to_numpy(np.int64) for c in ("rank", "label")])
     at = of.get_indexer(pd.MultiIndex.from_arrays([table[c].to_numpy(np.int64) for c in ("rank", "label")]))  # fmt: skip
     collective = table["port"].to_numpy() == "collective"
@@ -183,8 +184,8 @@ def path_summary_of_parts(
     if not pieces:  # a pass that kept no path (``critical=False``)
         return _table(totals)
     graph = ports_graph(ports, collectives, steps)
-    last = last_to_end(graph.graph, graph.step_ends)
-    windows = [w for w in step_windows(steps) if w[0] not in leave_out and w[0] in last]
+    windows = [w for w in step_windows(steps) if w[0] not in leave_out]
+    last = last_to_end(graph.graph, graph.step_ends, [step for step, _, _ in windows])
     bounds = np.unique([b for _, lo, hi in windows for b in (lo, hi)])
     stringer = _Stringer(pieces, ports, graph)
     for asked_again in (False, True):  # as kept; then with the ranks cut inexactly made again
@@ -293,7 +294,10 @@ class _Stringer:
         for at in range(pieces.bounds[g], pieces.bounds[g + 1]):
             us = pieces.us[at]
             if exact:
-                us -= (top if pieces.first[at] else 0.0) + (bottom if pieces.last[at] else 0.0)
+                cut = (top if pieces.first[at] else 0.0) + (bottom if pieces.last[at] else 0.0)
+                if cut and us <= cut:  # all of it outside (lo, t]: the walk never took it
+                    continue
+                us -= cut
             elif span > 0:
                 us *= max(min(t, start) - max(stop, lo), 0.0) / span
             self._put(totals, (rank, pieces.kind[at], pieces.name[at]), step, us)

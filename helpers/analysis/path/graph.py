@@ -24,7 +24,8 @@ waited for, every candidate they find; :meth:`Graph.of` adds the rest:
 **The last arrival decides.** Of a node's edges, the one whose source, measured, arrived last
 (its time plus the lag) *binds* it: :func:`binding_edges` decides it once, for every node, with
 :func:`latest`, the one implementation of the rule; ties go to the source on the node's own rank,
-then to the dependency listed first. The path walks back along binding edges; the replay
+then to the dependency listed first, then to the edge made first (a step's end: the lowest
+rank). The path walks back along binding edges (:meth:`Graph.came_from`); the replay
 (:func:`replayed_times`) takes the latest of *all* a node's edges, so a what-if that shortens the
 binding one still meets the others. :func:`validate` says where the graph is not what it should
 be: negative lags, cycles.
@@ -38,7 +39,8 @@ ranks, the graph of a run read rank by rank select from), and rows of tiny trace
 they must give in
 ``tests/test_graph.py``'s ``BUILDERS``, and a case with a known answer in
 ``tests/test_known_answers.py``. The path, the replay, the figure and the report then read it
-with no change: none of them names a dependency.
+with no change: none of them names a dependency (but where a step's path begins, the binding
+edge of the step's end, :mod:`.step_ends`).
 """
 
 from __future__ import annotations
@@ -243,7 +245,8 @@ def binding_edges(source, target, dependency, lag, time, rank) -> np.ndarray:
     """Per node, the edge that decided it at the measured times: the one whose source arrived
     last (its time plus the lag), ties going to a source on the node's own rank (clocks of two
     machines may disagree by more than the gap), then to the dependency listed first in
-    :data:`.dependencies.DEPENDENCIES`; -1 for a node without edges.
+    :data:`.dependencies.DEPENDENCIES`, then to the edge listed first; -1 for a node without
+    edges.
 
     Args:
         source: each edge's source node.

@@ -13,7 +13,7 @@ without it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -25,8 +25,8 @@ __all__ = ["step_end_rows", "step_end_edges", "last_to_end"]
 
 
 def step_end_rows(intervals: pd.DataFrame, steps: pd.DataFrame, main: Mapping[int, int]) -> dict[int, list[int]]:  # fmt: skip
-    """Per step, the interval of each rank's main lane that ends where the rank ended the step,
-    in the order of the ranks (a rank without one left out).
+    """Per step, the interval of each rank's main lane that ends where the rank ended the step
+    (of several, the last), in the order of the ranks (a rank without one left out).
 
     Args:
         intervals: the run's intervals (:attr:`.lanes.Lanes.intervals`, sorted by lane then time).
@@ -36,21 +36,23 @@ def step_end_rows(intervals: pd.DataFrame, steps: pd.DataFrame, main: Mapping[in
     lane = intervals["lane_id"].to_numpy()
     end = intervals["end_us"].to_numpy(float)
     rows: dict[int, list[int]] = {}
-    ends = steps.groupby(["rank", "step"], observed=True)["end_us"].max()  # rank after rank
-    for (rank, step), at_end in ends.items():
+    for rank, ends in steps.groupby("rank", observed=True):  # rank after rank
         if int(rank) not in main:
             continue
         lo, hi = np.searchsorted(lane, main[int(rank)]), np.searchsorted(lane, main[int(rank)], side="right")  # fmt: skip
-        row = lo + int(np.searchsorted(end[lo:hi], at_end))
-        if row < hi and end[row] == at_end:
-            rows.setdefault(int(step), []).append(int(row))
+        at_end = ends.groupby("step", observed=True)["end_us"].max()
+        found = lo + np.searchsorted(end[lo:hi], at_end.to_numpy(float), side="right") - 1
+        for step, row, t in zip(at_end.index.tolist(), found.tolist(), at_end.tolist()):
+            if row >= lo and end[row] == t:
+                rows.setdefault(int(step), []).append(int(row))
     return dict(sorted(rows.items()))
 
 
 def step_end_edges(run) -> list[Edges]:
-    """``step end``: through a hub of its own per step (``run.new_hub()``), an edge from each
-    rank's end of the step (:attr:`.lanes.Lanes.step_ends`, in the order of the ranks) into it,
-    with no delay. ``run``: the builders' :class:`.builders.LanesAndEvents`."""
+    """``step end``: through a hub of its own per step (``run.new_hub()``: one for each step of
+    :attr:`.lanes.Lanes.step_ends`, in its order), an edge from each rank's end of the step (in
+    the order of the ranks) into it, with no delay. ``run``: the builders'
+    :class:`.builders.LanesAndEvents`."""
     source, target = [], []
     for rows in run.lanes.step_ends.values():
         hub = run.new_hub()
@@ -59,13 +61,26 @@ def step_end_edges(run) -> list[Edges]:
     return [Edges.of(source, target, STEP_END, 0.0)]
 
 
-def last_to_end(graph: Graph, step_ends: Mapping[int, list[int]]) -> dict[int, int]:
-    """Per step of ``step_ends`` (step -> each rank's interval that ended it), the rank that
-    ended it last: the rank of the node whose edge binds the step's hub in ``graph`` (of equal
-    ends, the lowest rank). Where the step's path begins; a step without a hub in ``graph``
-    (one whose builder was left out) is left out, and has no path."""
-    into = graph.dependency == STEP_END.code
-    hub_of = dict(zip((graph.source[into] // 2).tolist(), graph.target[into].tolist()))
-    steps = [step for step, rows in step_ends.items() if rows and rows[0] in hub_of]
-    hubs = np.array([hub_of[step_ends[step][0]] for step in steps], dtype=np.int64)
-    return dict(zip(steps, graph.rank[graph.behind(hubs)].astype(int).tolist()))
+def last_to_end(graph: Graph, step_ends: Mapping[int, list[int]], steps: Iterable[int]) -> dict[int, int]:  # fmt: skip
+    """Per step of ``steps``, the rank that ended it last: the rank of the node whose edge binds
+    the step's hub in ``graph`` (of equal ends, the lowest rank). Where the step's path begins.
+
+    Args:
+        graph: the graph (its hubs of steps made by :func:`step_end_edges`, in the order of
+            ``step_ends``; a rank may end two steps at one moment, with one interval).
+        step_ends: step -> each rank's interval that ended it (:attr:`.lanes.Lanes.step_ends`).
+        steps: the steps asked for.
+
+    Raises:
+        ValueError: a step asked for has no node of its end in the graph.
+    """
+    made = [step for step, rows in step_ends.items() if rows]
+    hubs = np.unique(graph.target[graph.dependency == STEP_END.code])  # numbered as made
+    missing = [step for step in steps if step not in made] if len(hubs) == len(made) else list(steps)  # fmt: skip
+    if missing:
+        raise ValueError(
+            f"step(s) {missing[:5]}: no end of theirs is a node of the graph (no rank's main lane "
+            "has an interval that ends where its step ends, or the graph was made without "
+            "step_end_edges): please report it with the traces' first lines"
+        )
+    return dict(zip(made, graph.rank[graph.behind(hubs)].astype(int).tolist()))

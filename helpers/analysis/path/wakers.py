@@ -112,19 +112,17 @@ def launch_calls(work: pd.DataFrame, among: pd.DataFrame) -> np.ndarray:
     return np.array([call.get(k, -1) for k in keys], dtype=np.int64)
 
 
-def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame, arrays: IntervalArrays) -> dict[int, int]:  # fmt: skip
+def worker_event_issuers(ev: pd.DataFrame, arrays: IntervalArrays) -> dict[int, int]:
     """``{event label: interval row}`` for the events of worker lanes: a GPU event's launch (the
     CUDA runtime call that started at its ``launch_us``), a gloo collective's latest ``c10d::``
     call that began before it on its rank (the row of the issuer's last interval, by the
-    intervals' index, :func:`.interval_arrays.last_rows`; ``iv`` and ``arrays``: the same
-    intervals, as a table and as arrays)."""
+    intervals' index, :func:`.interval_arrays.last_rows`)."""
     gpu = launched_on_a_gpu(ev)
     calls = launch_calls(gpu, ev)
     rows = last_rows(arrays, calls)
     found = dict(zip(gpu.index[rows >= 0].tolist(), rows[rows >= 0].tolist()))
-    # a call of no length (old traces count whole µs): no interval
-    no_interval = dict(zip(gpu.index[(rows < 0) & (calls >= 0)].tolist(), calls[(rows < 0) & (calls >= 0)].tolist()))  # fmt: skip
-    found.update(_holding(iv, arrays, ev, no_interval))
+    no_interval = (rows < 0) & (calls >= 0)  # a call of no length (old traces count whole µs)
+    found.update(_holding(arrays, ev, dict(zip(gpu.index[no_interval].tolist(), calls[no_interval].tolist()))))  # fmt: skip
     calls = ev[name_matches(ev, r"^c10d::")]
     spans = ev[name_matches(ev, COLLECTIVE_SPANS)]
     for rank, mine in spans.groupby("rank"):
@@ -136,7 +134,7 @@ def worker_event_issuers(ev: pd.DataFrame, iv: pd.DataFrame, arrays: IntervalArr
     return found
 
 
-def _holding(iv: pd.DataFrame, arrays: IntervalArrays, ev: pd.DataFrame, calls: dict[int, int]) -> dict[int, int]:  # fmt: skip
+def _holding(arrays: IntervalArrays, ev: pd.DataFrame, calls: dict[int, int]) -> dict[int, int]:
     """For launch ``calls`` that have no interval of their own (``{event: call}``), the interval
     of the call's thread that holds the moment it was made (the op around it), where its
     thread has intervals (found from another event of that rank and lane)."""
@@ -150,10 +148,10 @@ def _holding(iv: pd.DataFrame, arrays: IntervalArrays, ev: pd.DataFrame, calls: 
         known = known[known >= 0]
         if not len(known):
             continue
-        on_lane = iv[(iv["lane_id"] == arrays.lane[known[0]]).to_numpy()]
-        at = np.searchsorted(on_lane["start_us"].to_numpy(), mine["start_us"].to_numpy(), "right") - 1  # fmt: skip
+        on_lane = np.flatnonzero(arrays.lane == arrays.lane[known[0]])
+        at = np.searchsorted(arrays.start[on_lane], mine["start_us"].to_numpy(), "right") - 1
         held = at >= 0
-        found.update(zip(mine["event"].to_numpy()[held].tolist(), on_lane.index[at[held]].tolist()))
+        found.update(zip(mine["event"].to_numpy()[held].tolist(), on_lane[at[held]].tolist()))
     return found
 
 

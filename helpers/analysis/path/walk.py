@@ -121,8 +121,8 @@ SEGMENT = ("step", "lane_id", "label", "start", "end", "reason", "to_rank")
 def path_of(lanes: Lanes, events: pd.DataFrame) -> pd.DataFrame:
     """:func:`critical_path` from lanes already cut (:func:`.lanes.lane_intervals`)."""
     walker = PathWalker(lanes)
-    last = last_to_end(lanes.graph, lanes.step_ends)
-    windows = [w for w in step_windows(lanes.steps) if w[0] in last]
+    windows = step_windows(lanes.steps)
+    last = last_to_end(lanes.graph, lanes.step_ends, [step for step, _, _ in windows])
     rows = [row for step, lo, hi in windows for row in walker.step(step, last[step], lo, hi)]
     raw = pd.DataFrame(rows, columns=list(SEGMENT))
     table = lanes.lanes
