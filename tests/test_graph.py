@@ -487,6 +487,24 @@ def test_a_kernel_started_as_the_one_before_it_ended_and_its_launch_returned_is_
     assert graph.dependency[graph.binding[2 * row]] == LANE_ORDER.code
 
 
+def test_a_kernel_started_as_the_one_before_it_ended_and_the_work_it_waited_for_is_held_by_its_lane(tmp_path):  # fmt: skip
+    # prev (stream 7) and gemm (stream 9) both end at 520, when relu, made to wait for gemm,
+    # starts on stream 7 right after prev: a tie into relu's start that goes to its lane's order
+    ranks = [step(0, 640), launch(0, 4, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
+             launch(5, 4, 5), kernel("prev", 15, 505, 5), record(12, 2),
+             *stream_wait(20, 3, on=OTHER, recorded=2), launch(30, 10, 4), kernel("relu", 520, 100, 4),
+             op("cudaDeviceSynchronize", 45, 580, cat="cuda_runtime")]  # fmt: skip
+    write_doc(tmp_path / "rank0.json", trace_doc(ranks))
+    events = load_run(tmp_path, cache=False).events
+    lanes = lane_intervals(events)
+    relu = int(events.index[events["name"] == "relu"][0])
+    (row,) = np.flatnonzero(lanes.intervals["event"].to_numpy() == relu)
+    graph = lanes.graph
+    into = np.flatnonzero(graph.target == 2 * row)
+    assert sorted(DEPENDENCIES[c].name for c in graph.dependency[into]) == ["lane order", "launch", "stream wait"]  # fmt: skip
+    assert graph.dependency[graph.binding[2 * row]] == LANE_ORDER.code
+
+
 def test_a_rank_that_ended_two_steps_at_one_moment_is_each_steps_own_last_or_not(tmp_path):
     # nested windows: rank 0 ends both at 1000 with one interval; rank 1 ends them at 1200 and
     # 400: rank 1 ended step 0 last, rank 0 step 1

@@ -148,7 +148,7 @@ COMPLETION = Dependency(
     8,
     "completion",
     "wake-up",
-    "a rank's step, until the collectives it ran on a CPU worker lane in it ended",
+    "a rank's end of a step, held until the collectives it ran on a CPU worker lane in it ended",
     dotted=True,
 )
 WORK = Dependency(9, "work", None, "an event's own time", own_start=True, own_time=True, removable=True)  # fmt: skip
@@ -165,7 +165,7 @@ UNTRACED = Dependency(
     11,
     "untraced",
     "untraced",
-    "time with no event, that nothing is found to have ended",
+    "time with no event, where nothing is found that held it",
     own_start=True,
     own_time=True,
     dotted=True,

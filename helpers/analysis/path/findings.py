@@ -42,16 +42,17 @@ def findings_said(lanes, ev: pd.DataFrame, problem: str) -> str | None:
         f"The graph of what each moment waited for holds {len(found)} cycle(s) of moments that "
         f"wait, through their edges, for themselves ({', '.join(kinds)}; the first among "
         f"{', '.join(events)}), which no run can give: those moments and the ones after them "
-        "keep their measured times in the critical path and the what-if. Please report it "
-        "with the traces' first lines." + _meanings(kinds)
+        "keep their measured times in the critical path and the what-if."
+        + _meanings(kinds)
+        + " Please report it with the traces' first lines."
     )
 
 
 def _meanings(names) -> str:
     """What each kind of edge of ``names`` is, in words (:attr:`.dependencies.Dependency.means`),
-    a sentence each, in the order of the names, each once."""
+    a sentence each, in the order of their names, as the cautions list them."""
     means = {d.name: d.means for d in DEPENDENCIES}
-    return "".join(f" {'An' if name[0] in 'aeiou' else 'A'} {name} edge is {means[name]}." for name in dict.fromkeys(names))  # fmt: skip
+    return "".join(f" {'An' if name[0] in 'aeiou' else 'A'} {name} edge is {means[name]}." for name in sorted(set(names)))  # fmt: skip
 
 
 def _interval_names(lanes, ev: pd.DataFrame) -> list[str]:

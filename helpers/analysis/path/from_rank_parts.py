@@ -295,7 +295,7 @@ class _Stringer:
             us = pieces.us[at]
             if exact:
                 cut = (top if pieces.first[at] else 0.0) + (bottom if pieces.last[at] else 0.0)
-                if cut and us <= cut:  # all of it outside (lo, t]: the walk never took it
+                if cut and us - cut <= 1e-6:  # all outside (lo, t]: the walk never took it
                     continue
                 us -= cut
             elif span > 0:

@@ -72,15 +72,21 @@ def last_to_end(graph: Graph, step_ends: Mapping[int, list[int]], steps: Iterabl
         steps: the steps asked for.
 
     Raises:
-        ValueError: a step asked for has no node of its end in the graph.
+        ValueError: the graph has not one hub for each step of ``step_ends`` (made without
+            :func:`step_end_edges`), or a step asked for has no node of its end.
     """
     made = [step for step, rows in step_ends.items() if rows]
     hubs = np.unique(graph.target[graph.dependency == STEP_END.code])  # numbered as made
-    missing = [step for step in steps if step not in made] if len(hubs) == len(made) else list(steps)  # fmt: skip
+    if len(hubs) != len(made):
+        raise ValueError(
+            f"the graph has {len(hubs)} nodes of a step's end for {len(made)} steps: it was "
+            "made without step_end_edges, or from other lanes"
+        )
+    missing = [step for step in steps if step not in made]
     if missing:
         raise ValueError(
             f"step(s) {missing[:5]}: no end of theirs is a node of the graph (no rank's main lane "
-            "has an interval that ends where its step ends, or the graph was made without "
-            "step_end_edges): please report it with the traces' first lines"
+            "has an interval that ends where its step ends): please report it with the traces' "
+            "first lines"
         )
     return dict(zip(made, graph.rank[graph.behind(hubs)].astype(int).tolist()))
