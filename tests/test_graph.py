@@ -471,37 +471,37 @@ def test_a_tie_goes_to_the_nodes_own_rank():
     assert graph.source[graph.binding[1]] == 0 and graph.source[graph.binding[3]] == 2
 
 
-def test_a_kernel_started_as_the_one_before_it_ended_and_its_launch_returned_is_held_by_its_lane(tmp_path):  # fmt: skip
-    # relu's launch returns at 415, as gemm ends and relu starts: a tie into relu's start that
-    # goes to its lane's order, the step the path takes back from a start (its launch is no wait)
-    ranks = [step(0, 900), launch(0, 10, 1), kernel("gemm", 15, 400, 1), launch(405, 10, 2),
-             kernel("relu", 415, 100, 2), op("cudaDeviceSynchronize", 420, 480, cat="cuda_runtime")]  # fmt: skip
-    write_doc(tmp_path / "rank0.json", trace_doc(ranks))
+#: Per case: one rank's events, where relu starts on stream 7 right as the kernel before it on
+#: the stream ends and as something else it waited for arrives, and the edges into its start.
+START_TIES = {
+    "its launch returned as it started (its launch is no wait)": (
+        # gemm ends at 415, relu's launch returns at 415 and relu starts then
+        [step(0, 900), launch(0, 10, 1), kernel("gemm", 15, 400, 1), launch(405, 10, 2),
+         kernel("relu", 415, 100, 2), op("cudaDeviceSynchronize", 420, 480, cat="cuda_runtime")],
+        ["lane order", "launch"],
+    ),
+    "the work on another stream it was made to wait for ended as it started": (
+        # prev (stream 7) and gemm (stream 9) both end at 520, when relu, made to wait for gemm,
+        # starts right after prev
+        [step(0, 640), launch(0, 4, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
+         launch(5, 4, 5), kernel("prev", 15, 505, 5), record(12, 2),
+         *stream_wait(20, 3, on=OTHER, recorded=2), launch(30, 10, 4), kernel("relu", 520, 100, 4),
+         op("cudaDeviceSynchronize", 45, 580, cat="cuda_runtime")],
+        ["lane order", "launch", "stream wait"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("events, into_its_start", START_TIES.values(), ids=START_TIES.keys())
+def test_a_tie_into_a_kernels_start_goes_to_its_lane_the_step_the_path_takes_back(tmp_path, events, into_its_start):  # fmt: skip
+    write_doc(tmp_path / "rank0.json", trace_doc(events))
     events = load_run(tmp_path, cache=False).events
     lanes = lane_intervals(events)
     relu = int(events.index[events["name"] == "relu"][0])
     (row,) = np.flatnonzero(lanes.intervals["event"].to_numpy() == relu)
     graph = lanes.graph
     into = np.flatnonzero(graph.target == 2 * row)
-    assert sorted(DEPENDENCIES[c].name for c in graph.dependency[into]) == ["lane order", "launch"]
-    assert graph.dependency[graph.binding[2 * row]] == LANE_ORDER.code
-
-
-def test_a_kernel_started_as_the_one_before_it_ended_and_the_work_it_waited_for_is_held_by_its_lane(tmp_path):  # fmt: skip
-    # prev (stream 7) and gemm (stream 9) both end at 520, when relu, made to wait for gemm,
-    # starts on stream 7 right after prev: a tie into relu's start that goes to its lane's order
-    ranks = [step(0, 640), launch(0, 4, 1), kernel("gemm", 20, 500, 1, stream=OTHER),
-             launch(5, 4, 5), kernel("prev", 15, 505, 5), record(12, 2),
-             *stream_wait(20, 3, on=OTHER, recorded=2), launch(30, 10, 4), kernel("relu", 520, 100, 4),
-             op("cudaDeviceSynchronize", 45, 580, cat="cuda_runtime")]  # fmt: skip
-    write_doc(tmp_path / "rank0.json", trace_doc(ranks))
-    events = load_run(tmp_path, cache=False).events
-    lanes = lane_intervals(events)
-    relu = int(events.index[events["name"] == "relu"][0])
-    (row,) = np.flatnonzero(lanes.intervals["event"].to_numpy() == relu)
-    graph = lanes.graph
-    into = np.flatnonzero(graph.target == 2 * row)
-    assert sorted(DEPENDENCIES[c].name for c in graph.dependency[into]) == ["lane order", "launch", "stream wait"]  # fmt: skip
+    assert sorted(DEPENDENCIES[c].name for c in graph.dependency[into]) == into_its_start
     assert graph.dependency[graph.binding[2 * row]] == LANE_ORDER.code
 
 
